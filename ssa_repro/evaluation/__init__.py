@@ -1,0 +1,1 @@
+"""Evaluations that read a model (and its run folder) and write tables and figures."""

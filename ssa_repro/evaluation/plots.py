@@ -1,0 +1,58 @@
+"""Figures made from the evaluation tables (so they can be re-made from the files alone)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
+
+
+def heatmap(
+    frame: pd.DataFrame, rows: str, cols: str, title: str, path: Path, log: bool = False
+) -> list[Path]:
+    """A value heat map of ``frame`` (columns rows, cols, value); writes PNG and PDF, returns paths."""
+    table = frame.pivot_table(index=rows, columns=cols, values="value").sort_index(ascending=False)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.9 * table.shape[1], 0.8 + 0.6 * table.shape[0]))
+    norm = None
+    if log:
+        positive = table.values[table.values > 0]
+        vmin = max(positive.min(), 1e-4) if positive.size else 1e-4
+        norm = LogNorm(vmin=vmin, vmax=max(float(np.nanmax(table.values)), vmin * 10))
+    sns.heatmap(
+        table.clip(lower=norm.vmin) if log else table,
+        annot=True,
+        fmt=".3g",
+        cmap="viridis",
+        norm=norm,
+        ax=ax,
+        cbar_kws={"label": frame["metric"].iloc[0]},
+    )
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
+    for p in out:
+        fig.savefig(p, dpi=150)
+    plt.close(fig)
+    return out
+
+
+def curves(frame: pd.DataFrame, x: str, hue: str, title: str, path: Path, logy: bool = False) -> Path:
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    sns.lineplot(data=frame, x=x, y="value", hue=hue, marker="o", ax=ax)
+    if logy:
+        ax.set_yscale("symlog", linthresh=1e-4)  # exact zeros (least squares) stay on the plot
+        ax.set_ylim(bottom=0)
+    ax.set_ylabel(frame["metric"].iloc[0])
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    out = path.with_suffix(".png")
+    fig.savefig(out, dpi=150)
+    plt.close(fig)
+    return out

@@ -1,0 +1,30 @@
+"""Multi-head causal self-attention whose scoring function is a pluggable :class:`Scorer`."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ssa_repro.scorers import build_scorer
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, n_embd: int, n_head: int, scorer_cfg, causal: bool = True):
+        super().__init__()
+        self.n_head = n_head
+        self.causal = causal
+        self.qkv = nn.Linear(n_embd, 3 * n_embd)
+        self.proj = nn.Linear(n_embd, n_embd)
+        self.scorer = build_scorer(scorer_cfg, n_head)
+
+    def forward(self, x: torch.Tensor, need_weights: bool = False):
+        bsz, t, c = x.shape  # [B, T, C]
+        q, k, v = self.qkv(x).split(c, dim=2)
+        # [B, T, C] -> [B, H, T, C/H]
+        q, k, v = (z.view(bsz, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
+        mask = None
+        if self.causal:
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()  # [T, S], True = visible
+        y, w = self.scorer.attend(q, k, v, mask, is_causal=self.causal, need_weights=need_weights)
+        y = y.transpose(1, 2).reshape(bsz, t, c)  # [B, H, T, C/H] -> [B, T, C]
+        return self.proj(y), w

@@ -1,0 +1,122 @@
+"""GPT-2-style decoder for sequences of numbers (pre-LN blocks, learned positions, dropout 0).
+
+Each token is one scalar, mapped to the width by a linear read-in; a linear read-out maps each output
+vector back to one scalar (the prediction, or a logit for classification tasks). There is no token
+table: the paper's 22.5M count for its 12L/8H/256 model includes HuggingFace GPT2Model's unused
+50257×256 word embedding, so the same model counts about 9.6M here.
+
+Model kinds (``model=``): ``gpt2`` (attention + MLP blocks), ``attn_only`` (no MLP), ``ff_only`` (no
+attention: each position is processed alone, so no in-context learning is possible; the paper's
+ablation).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ssa_repro.models.attention import SelfAttention
+from ssa_repro.registry import Registry
+
+MODELS: Registry = Registry("model")
+
+
+@dataclass(frozen=True)
+class Blocks:
+    attention: bool
+    mlp: bool
+
+
+MODELS.register("gpt2")(Blocks(attention=True, mlp=True))
+MODELS.register("attn_only")(Blocks(attention=True, mlp=False))
+MODELS.register("ff_only")(Blocks(attention=False, mlp=True))
+
+
+class MLP(nn.Module):
+    def __init__(self, n_embd: int, ratio: int):
+        super().__init__()
+        self.fc = nn.Linear(n_embd, ratio * n_embd)
+        self.act = nn.GELU(approximate="tanh")  # GPT-2's gelu_new
+        self.proj = nn.Linear(ratio * n_embd, n_embd)
+
+    def forward(self, x):
+        return self.proj(self.act(self.fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg, scorer_cfg, blocks: Blocks):
+        super().__init__()
+        self.attn = self.mlp = None
+        if blocks.attention:
+            self.ln_1 = nn.LayerNorm(cfg.n_embd)
+            self.attn = SelfAttention(cfg.n_embd, cfg.n_head, scorer_cfg)
+        if blocks.mlp:
+            self.ln_2 = nn.LayerNorm(cfg.n_embd)
+            self.mlp = MLP(cfg.n_embd, cfg.mlp_ratio)
+
+    def forward(self, x, need_weights: bool = False):
+        w = None
+        if self.attn is not None:
+            a, w = self.attn(self.ln_1(x), need_weights)
+            x = x + a
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln_2(x))
+        return x, w
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg, scorer_cfg):
+        super().__init__()
+        blocks = MODELS.get(cfg.name)
+        self.max_positions = cfg.max_positions
+        self.read_in = nn.Linear(1, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.max_positions, cfg.n_embd)
+        self.blocks = nn.ModuleList(Block(cfg, scorer_cfg, blocks) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        self.read_out = nn.Linear(cfg.n_embd, 1)
+        self.apply(self._init_weights)
+        # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(m):
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+
+    def forward(self, tokens: torch.Tensor, need_weights: bool = False):
+        """tokens [B, T, 1] -> outputs [B, T] (and, with need_weights, a list of [B, H, T, T] per
+        attention layer)."""
+        t = tokens.shape[1]
+        if t > self.max_positions:
+            raise ValueError(f"prompt of {t} tokens exceeds model.max_positions={self.max_positions}")
+        x = self.read_in(tokens) + self.wpe.weight[:t]  # [B, T, C]
+        maps = []
+        for block in self.blocks:
+            x, w = block(x, need_weights)
+            if w is not None:
+                maps.append(w)
+        out = self.read_out(self.ln_f(x)).squeeze(-1)  # [B, T]
+        return (out, maps) if need_weights else out
+
+    def scorer_stats(self) -> dict[str, torch.Tensor]:
+        """{"b": [L, H|1], ...}: each scorer statistic stacked over the attention layers."""
+        per_layer = [b.attn.scorer.stats() for b in self.blocks if b.attn is not None]
+        if not per_layer or not per_layer[0]:
+            return {}
+        return {k: torch.stack([s[k] for s in per_layer]) for k in per_layer[0]}
+
+
+def build_model(cfg, scorer_cfg) -> Decoder:
+    return Decoder(cfg, scorer_cfg)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,51 @@
+"""What produced a run: code version, library versions, machine and device (modded-nanogpt's habit)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata as md
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+PACKAGES = ("torch", "numpy", "hydra-core", "omegaconf", "wandb", "pandas", "matplotlib", "seaborn")
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _version(name: str) -> str | None:
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+
+
+def collect(device: torch.device) -> dict:
+    status = _git("status", "--porcelain")
+    info = {
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "argv": sys.argv,
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": None if status is None else bool(status),
+        "python": sys.version.split()[0],
+        "packages": {p: _version(p) for p in PACKAGES},
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "cpu_threads": torch.get_num_threads(),
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        info["cuda"] = {"name": torch.cuda.get_device_name(device), "version": torch.version.cuda}
+    return info

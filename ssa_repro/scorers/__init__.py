@@ -1,0 +1,12 @@
+"""Attention scoring functions, chosen by name (``scorer=softmax|ssa``)."""
+
+from ssa_repro.scorers import softmax, ssa  # noqa: F401  (fill the registry)
+from ssa_repro.scorers.base import Scorer
+from ssa_repro.scorers.registry import SCORERS
+
+
+def build_scorer(cfg, n_head: int) -> Scorer:
+    return SCORERS.get(cfg.name)(cfg, n_head)
+
+
+__all__ = ["SCORERS", "Scorer", "build_scorer"]

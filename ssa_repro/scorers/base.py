@@ -1,0 +1,60 @@
+"""The scorer interface: what turns attention logits (or q and k) into attention weights.
+
+A scorer is an ``nn.Module`` built with its config and the number of heads, so it can own parameters
+per head (SSA's b and n). The attention module calls :meth:`Scorer.attend`; the default computes the
+logits x = q·kᵀ/√d_head and calls :meth:`forward` (logits, mask) -> weights. A scorer that needs q and
+k themselves (CosFormer) overrides :meth:`weights`; one with a fused kernel (softmax through SDPA)
+overrides :meth:`attend`, and must return the same weights through ``need_weights=True``.
+
+Masks are boolean, True = the key is visible, broadcastable to [B, H, T, S]. Masking is applied after
+the transform, and masked weights are exactly 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class Scorer(nn.Module):
+    def __init__(self, cfg, n_head: int):
+        super().__init__()
+        self.cfg = cfg
+        self.n_head = n_head
+
+    @classmethod
+    def check_config(cls, cfg) -> list[str]:
+        """Problems with this scorer's config values (each naming key, value and what is allowed)."""
+        return []
+
+    def forward(self, logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """logits [B, H, T, S] -> weights [B, H, T, S]."""
+        raise NotImplementedError
+
+    def weights(self, q, k, mask) -> torch.Tensor:
+        """q [B, H, T, D], k [B, H, S, D] -> weights [B, H, T, S]."""
+        logits = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        return self(logits, mask)
+
+    def attend(self, q, k, v, mask, is_causal: bool = False, need_weights: bool = False):
+        """Weighted values [B, H, T, D], and the weights [B, H, T, S] if ``need_weights`` (else None).
+
+        ``is_causal`` says that ``mask`` is the plain causal mask, for kernels that take that shortcut.
+        """
+        w = self.weights(q, k, mask)
+        return w @ v, (w if need_weights else None)
+
+    def stats(self) -> dict[str, torch.Tensor]:
+        """Learnable scalars worth logging, each [H] (or [1] when shared by the layer's heads)."""
+        return {}
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax over the last axis with masked entries exactly 0; computed in float32, returned in the
+    input dtype (bf16 logits otherwise lose the small weights)."""
+    s = scores.float()
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, dim=-1).to(scores.dtype)

@@ -1,0 +1,3 @@
+from ssa_repro.registry import Registry
+
+SCORERS: Registry = Registry("scorer")

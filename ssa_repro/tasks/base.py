@@ -1,0 +1,55 @@
+"""What every in-context-learning task provides: a prompt sampler, a loss and an error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Batch:
+    """One batch of prompts.
+
+    tokens:   [B, T, 1] float, the model's input (one scalar per token, read in by a linear layer)
+    targets:  [B, P] float, the value to predict at each prediction position
+    pred_idx: [P] long, the token position at which prediction p is read (causal: it sees tokens <= it)
+    xs:       [B, n] float, the example inputs, for diagnostics and baselines
+    """
+
+    tokens: torch.Tensor
+    targets: torch.Tensor
+    pred_idx: torch.Tensor
+    xs: torch.Tensor
+
+
+class Task:
+    """A family of prompts. ``n_points`` is the number of in-context examples (what the curriculum
+    counts); a prompt has ``n_tokens(n_points)`` tokens."""
+
+    name: str
+    metric: str  # the name of ``error``'s metric, for tables
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def n_tokens(self, n_points: int) -> int:
+        raise NotImplementedError
+
+    def sample(
+        self, batch_size: int, n_points: int, generator: torch.Generator, device, **overrides
+    ) -> Batch:
+        raise NotImplementedError
+
+    def loss(self, pred: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Scalar training loss; pred and targets are [B, P]."""
+        raise NotImplementedError
+
+    def error(self, pred: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """[B, P] per-prediction error used for evaluation."""
+        raise NotImplementedError
+
+
+def interleave(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """[B, n] x's and [B, n] y's -> [B, 2n, 1] tokens x_1, y_1, x_2, y_2, ..."""
+    return torch.stack([xs, ys], dim=2).reshape(xs.shape[0], -1, 1)

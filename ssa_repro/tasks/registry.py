@@ -1,0 +1,3 @@
+from ssa_repro.registry import Registry
+
+TASKS: Registry = Registry("task")

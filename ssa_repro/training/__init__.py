@@ -1,0 +1,1 @@
+"""Training: the trainer and its checkpoints."""

@@ -1,0 +1,296 @@
+"""One trainer for every task × model × scorer: fresh prompts each step, curriculum, Adam.
+
+``train(cfg, run_dir)`` is the whole job behind ``python train.py``; it is a plain function, so tests
+and notebooks call it directly. Everything it writes goes under ``run_dir``:
+
+    config.yaml          the resolved config
+    provenance.json      one record per start: git commit, library versions, device, argv
+    train.log            progress lines (steps/s, ETA)
+    metrics.jsonl        one row per log interval: step, loss, n_points, lr, throughput, scorer params
+    checkpoints/last.pt  model, optimizer, step, RNG states (+ step_XXXXXXX.pt every train.keep_every)
+    eval/quick/          the end-of-run evaluation (ssa_repro/evaluation/quick.py)
+    summary.json         final loss, parameter count, wall time, evaluation summary
+    wandb/               the W&B run (offline by default)
+
+Resuming (``train.resume=true``, the default, and a checkpoint in ``run_dir``) restores model,
+optimizer, step and RNG states; since prompts come from a saved generator and the curriculum is a
+function of the step, a resumed run reproduces the uninterrupted one exactly (on CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ssa_repro import curriculum, provenance, validate
+from ssa_repro.evaluation.quick import evaluate_quick
+from ssa_repro.models import build_model, count_parameters
+from ssa_repro.tasks import build_task
+from ssa_repro.training import checkpoint
+from ssa_repro.wandb_logger import WandbLogger
+
+log = logging.getLogger("ssa_repro.train")
+
+# Keys that must match for a checkpoint to be continued; others (steps, intervals, evaluation, logger,
+# device) may change between starts.
+RESUME_KEYS = ("task", "model", "scorer", "seed", "curriculum", "train.batch_size", "train.lr")
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became non-finite; the message names the step and the last good checkpoint."""
+
+
+def resolve_device(name) -> torch.device:
+    name = getattr(name, "value", name)
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def data_seed(seed: int) -> int:
+    """The prompt generator's seed: a different stream from the one that initialises the weights."""
+    return (seed * 0x9E3779B1 + 0x7F4A7C15) % (2**63)
+
+
+def plain(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+
+
+def _select(d: dict, dotted: str):
+    for part in dotted.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def _mismatches(saved: dict, current: dict) -> list[str]:
+    return [
+        f"{k}: checkpoint has {_select(saved, k)!r}, config has {_select(current, k)!r}"
+        for k in RESUME_KEYS
+        if _select(saved, k) != _select(current, k)
+    ]
+
+
+def _add_file_log(run_dir: Path) -> logging.Handler | None:
+    """Log to run_dir/train.log unless Hydra's job logging already does."""
+    path = (run_dir / "train.log").resolve()
+    root = logging.getLogger()
+    if any(getattr(h, "baseFilename", None) == str(path) for h in root.handlers):
+        return None
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    root.addHandler(handler)
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+    return handler
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop rows logged after the checkpoint we resume from (they will be logged again)."""
+    if not path.exists():
+        return
+    keep = [
+        line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step
+    ]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(line + "\n" for line in keep))
+    tmp.replace(path)
+
+
+def _fmt_time(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def train(cfg: DictConfig, run_dir: str | Path) -> dict:
+    """Train (or continue training) the configured model in ``run_dir``; return the summary."""
+    validate.check(cfg)  # every bad value reported before anything is written
+    run_dir = Path(run_dir)
+    ckpt_path = run_dir / "checkpoints" / "last.pt"
+    config = plain(cfg)
+    state = None
+    if ckpt_path.exists():
+        if not cfg.train.resume:
+            raise validate.ConfigError(
+                f"{run_dir} already holds a run (checkpoints/last.pt) and train.resume=false; use "
+                "train.resume=true to continue it, or another hydra.run.dir for a new run"
+            )
+        state = checkpoint.load(ckpt_path)
+        bad = _mismatches(state["config"], config)
+        if bad:
+            raise validate.ConfigError(
+                f"cannot resume {ckpt_path}: the config differs from the checkpoint's in\n  - "
+                + "\n  - ".join(bad)
+                + "\nuse another hydra.run.dir for a new run"
+            )
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handler = _add_file_log(run_dir)
+    device = resolve_device(cfg.device)
+    OmegaConf.save(config, run_dir / "config.yaml")
+    prov_path = run_dir / "provenance.json"
+    records = json.loads(prov_path.read_text()) if (state and prov_path.exists()) else []
+    records.append({**provenance.collect(device), "resumed_from_step": state["step"] if state else None})
+    prov_path.write_text(json.dumps(records, indent=2) + "\n")
+
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg.task)
+    model = build_model(cfg.model, cfg.scorer).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(data_seed(cfg.seed))
+    step = 0
+    if state is not None:
+        model.load_state_dict(state["model"])  # strict: a missing scorer parameter is an error
+        opt.load_state_dict(state["optimizer"])
+        gen.set_state(state["rng"]["data"].to(gen.get_state().device))
+        torch.set_rng_state(state["rng"]["torch"])
+        if device.type == "cuda" and state["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state(state["rng"]["cuda"], device)
+        step = int(state["step"])
+        log.info("resuming from %s at step %d", ckpt_path, step)
+    metrics_path = run_dir / "metrics.jsonl"
+    _truncate_metrics(metrics_path, step)
+
+    n_params = count_parameters(model)
+    name = f"{cfg.task.name}-{cfg.scorer.name}-{cfg.model.name}-s{cfg.seed}"
+    log.info(
+        "%s: %s parameters on %s, %d steps, run folder %s",
+        name,
+        f"{n_params:,}",
+        device,
+        cfg.train.steps,
+        run_dir,
+    )
+    wb = WandbLogger(cfg.logger, run_dir, config, name)
+    last_good = step if state else None
+
+    def save_checkpoint(at: int) -> None:
+        nonlocal last_good
+        payload = {
+            "step": at,
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "rng": {
+                "data": gen.get_state(),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            },
+            "config": config,
+        }
+        checkpoint.save(ckpt_path, payload)
+        if cfg.train.keep_every and at % cfg.train.keep_every == 0:
+            checkpoint.save(ckpt_path.with_name(f"step_{at:07d}.pt"), payload)
+        last_good = at
+
+    # Losses stay on the device between checks (no per-step host sync on GPU); a check finds the first
+    # non-finite one and names its step.
+    window = torch.zeros(cfg.train.log_interval, device=device)
+    window_start, filled = step, 0
+
+    def check_finite() -> None:
+        vals = window[:filled].cpu()
+        bad = (~torch.isfinite(vals)).nonzero()
+        if len(bad):
+            at = window_start + int(bad[0]) + 1
+            where = f"{ckpt_path} (step {last_good})" if last_good is not None else "none was written"
+            raise TrainingDiverged(
+                f"non-finite loss ({vals[bad[0]].item()}) at step {at}; "
+                f"training stopped; last good checkpoint: {where}"
+            )
+
+    t0 = time.perf_counter()
+    t_window, exit_code = time.perf_counter(), 1
+    try:
+        model.train()
+        while step < cfg.train.steps:
+            n = curriculum.n_points(cfg.curriculum, step)
+            batch = task.sample(cfg.train.batch_size, n, gen, device)
+            pred = model(batch.tokens)[:, batch.pred_idx]  # [B, P]
+            loss = task.loss(pred, batch.targets)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            window[filled] = loss.detach()
+            filled += 1
+            step += 1
+            done = step == cfg.train.steps
+            if filled == cfg.train.log_interval or done:
+                check_finite()
+                now = time.perf_counter()
+                rate = filled / max(now - t_window, 1e-9)
+                row = {
+                    "step": step,
+                    "loss": window[:filled].mean().item(),
+                    "n_points": n,
+                    "lr": opt.param_groups[0]["lr"],
+                    "steps_per_sec": rate,
+                    "examples_per_sec": rate * cfg.train.batch_size,
+                    "elapsed_s": now - t0,
+                }
+                stats = model.scorer_stats()
+                if stats:  # [L, H] each
+                    row["scorer"] = {k: v.cpu().tolist() for k, v in stats.items()}
+                with open(metrics_path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                flat = {k: v for k, v in row.items() if k != "scorer"}
+                for k, v in stats.items():
+                    for layer, heads in enumerate(v.cpu().tolist()):
+                        flat.update({f"scorer/{k}/L{layer}H{h}": x for h, x in enumerate(heads)})
+                wb.log(flat, step=step)
+                eta = (cfg.train.steps - step) / max(rate, 1e-9)
+                log.info(
+                    "step %d/%d (%.0f%%) | loss %.4g | n_points %d | %.1f steps/s | ETA %s",
+                    step,
+                    cfg.train.steps,
+                    100 * step / cfg.train.steps,
+                    row["loss"],
+                    n,
+                    rate,
+                    _fmt_time(eta),
+                )
+                window_start, filled, t_window = step, 0, now
+            if step % cfg.train.ckpt_interval == 0 or done:
+                check_finite()
+                save_checkpoint(step)
+
+        train_time = time.perf_counter() - t0
+        summary = {
+            "name": name,
+            "steps": step,
+            "parameters": n_params,
+            "device": str(device),
+            "train_seconds_this_start": train_time,
+        }
+        rows = (
+            [json.loads(line) for line in metrics_path.read_text().splitlines()]
+            if metrics_path.exists()
+            else []
+        )
+        if rows:
+            summary["final_loss"] = rows[-1]["loss"]
+        if cfg.evaluation.enabled:
+            t_eval = time.perf_counter()
+            summary["eval"] = evaluate_quick(model, task, cfg, device, run_dir / "eval" / "quick")
+            summary["eval_seconds"] = time.perf_counter() - t_eval
+            for f in summary["eval"]["figures"]:
+                if f.endswith(".png"):
+                    wb.log_image(f"eval/{Path(f).stem}", run_dir / "eval" / "quick" / f, step=step)
+            wb.log_table("eval/grid", pd.read_csv(run_dir / "eval" / "quick" / "grid.csv"), step=step)
+            log.info("evaluation: %s", json.dumps(summary["eval"]["in_distribution"]))
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        exit_code = 0
+        return summary
+    finally:
+        wb.finish(exit_code)
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+
+
+__all__ = ["train", "TrainingDiverged", "resolve_device"]

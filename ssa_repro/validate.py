@@ -1,0 +1,107 @@
+"""Start-up checks that a schema cannot express. All problems are reported at once, each naming the
+key, the bad value and what is allowed, before any work starts or any file is written."""
+
+from __future__ import annotations
+
+import torch
+from omegaconf import DictConfig
+
+from ssa_repro import distributions as D
+from ssa_repro.models import MODELS
+from ssa_repro.scorers import SCORERS
+from ssa_repro.tasks import TASKS, build_task
+
+
+class ConfigError(ValueError):
+    """A bad config value; the message lists every problem found."""
+
+
+def problems(cfg: DictConfig) -> list[str]:
+    out: list[str] = []
+    for key, registry, name in (
+        ("task.name", TASKS, cfg.task.name),
+        ("model.name", MODELS, cfg.model.name),
+        ("scorer.name", SCORERS, cfg.scorer.name),
+    ):
+        if name not in registry:
+            out.append(f"{key}={name!r} is not registered; allowed: {', '.join(registry.names())}")
+    if out:
+        return out
+
+    t = cfg.task
+    for key in ("a_dist", "b_dist", "x_dist"):
+        if key in t:
+            out += D.check(t[key], f"task.{key}")
+    if "balance" in t:
+        task = build_task(t)
+        if task.balanced and not D.is_symmetric(t.x_dist):
+            out.append(
+                "task.x_dist must be symmetric about 0 when the task is balanced (balancing flips signs); "
+                "set task.balance=false or use mean 0 / low = -high"
+            )
+
+    m = cfg.model
+    for key in ("n_layer", "n_head", "n_embd", "max_positions", "mlp_ratio"):
+        if m[key] < 1:
+            out.append(f"model.{key}={m[key]} must be >= 1")
+    if m.n_head >= 1 and m.n_embd % m.n_head:
+        out.append(f"model.n_head={m.n_head} must divide model.n_embd={m.n_embd}")
+
+    out += SCORERS.get(cfg.scorer.name).check_config(cfg.scorer)
+
+    tr = cfg.train
+    for key in ("steps",):
+        if tr[key] < 0:
+            out.append(f"train.{key}={tr[key]} must be >= 0")
+    for key in ("batch_size", "log_interval", "ckpt_interval"):
+        if tr[key] < 1:
+            out.append(f"train.{key}={tr[key]} must be >= 1")
+    if not tr.lr > 0:
+        out.append(f"train.lr={tr.lr} must be > 0")
+    if tr.keep_every < 0:
+        out.append(f"train.keep_every={tr.keep_every} must be >= 0 (0: keep only last.pt)")
+
+    c = cfg.curriculum
+    for key in ("start", "end", "interval"):
+        if c[key] < 1:
+            out.append(f"curriculum.{key}={c[key]} must be >= 1")
+    if c.inc < 0:
+        out.append(f"curriculum.inc={c.inc} must be >= 0")
+    if c.enabled and c.start > c.end:
+        out.append(f"curriculum.start={c.start} must be <= curriculum.end={c.end}")
+
+    e = cfg.evaluation
+    if any(not sig > 0 for sig in e.sigmas):
+        out.append(f"evaluation.sigmas={list(e.sigmas)} must all be > 0")
+    if any(n < 1 for n in e.lengths):
+        out.append(f"evaluation.lengths={list(e.lengths)} must all be >= 1")
+    if e.n_batches < 1 or e.batch_size < 1:
+        out.append(
+            f"evaluation.n_batches={e.n_batches} and evaluation.batch_size={e.batch_size} must be >= 1"
+        )
+
+    if True:  # lengths in tokens
+        task = build_task(t)
+        need = task.n_tokens(c.end)
+        if need > m.max_positions:
+            out.append(
+                f"curriculum.end={c.end} examples need {need} tokens for task {t.name}, more than "
+                f"model.max_positions={m.max_positions}; raise model.max_positions or lower curriculum.end"
+            )
+        for length in e.lengths:
+            if task.n_tokens(length) > m.max_positions:
+                out.append(
+                    f"evaluation.lengths contains {length} ({task.n_tokens(length)} tokens), more than "
+                    f"model.max_positions={m.max_positions}"
+                )
+
+    dev = getattr(cfg.device, "value", cfg.device)
+    if dev == "cuda" and not torch.cuda.is_available():
+        out.append("device=cuda but no CUDA device is available; use device=auto or device=cpu")
+    return out
+
+
+def check(cfg: DictConfig) -> None:
+    found = problems(cfg)
+    if found:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(found))
