@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from enum import Enum
 from pathlib import Path
 
@@ -35,7 +36,7 @@ class WandbLogger:
         import wandb
 
         id_file = Path(run_dir) / "wandb_id.txt"
-        run_id = id_file.read_text().strip() if id_file.exists() else wandb.util.generate_id()
+        run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
         id_file.write_text(run_id + "\n")
         self.run = wandb.init(
             project=cfg.project,

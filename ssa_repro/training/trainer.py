@@ -220,7 +220,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
             filled += 1
             step += 1
             done = step == cfg.train.steps
-            if filled == cfg.train.log_interval or done:
+            if step % cfg.train.log_interval == 0 or done:  # rows at the same steps after a resume
                 check_finite()
                 now = time.perf_counter()
                 rate = filled / max(now - t_window, 1e-9)

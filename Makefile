@@ -1,0 +1,35 @@
+# make help — the two set-up commands on a fresh machine are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: help install demo test test-fast lint bench clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install the package with dev tools
+
+demo: $(STAMP)  ## train the default small model on CPU (a few minutes) and write its heat map
+	$(PY) train.py device=cpu
+
+test: $(STAMP)  ## the full test suite (what CI runs)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)  ## the suite without the slow end-to-end checks
+	$(PY) -m pytest -q -m "not slow"
+
+lint: $(STAMP)  ## ruff
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+bench: $(STAMP)  ## training-step timings, softmax vs SSA (scripts/bench.py)
+	$(PY) scripts/bench.py
+
+clean:  ## remove the virtual environment and caches (keeps outputs/)
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,47 @@
+"""Shared helpers: compose the real config (conf/train.yaml) and shrink it for fast tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import ssa_repro.config  # noqa: F401  (stores the schemas)
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+# A model and run small enough for a few-step end-to-end run in about a second.
+TINY = [
+    "model.n_layer=1",
+    "model.n_head=2",
+    "model.n_embd=16",
+    "model.max_positions=64",
+    "train.steps=6",
+    "train.batch_size=8",
+    "train.log_interval=2",
+    "train.ckpt_interval=3",
+    "curriculum.start=3",
+    "curriculum.end=5",
+    "curriculum.inc=1",
+    "curriculum.interval=2",
+    "evaluation.n_batches=1",
+    "evaluation.batch_size=8",
+    "evaluation.sigmas=[1.0,2.0]",
+    "evaluation.lengths=[5,10]",
+    "logger.mode=disabled",
+]
+
+
+def make_cfg(*overrides: str, tiny: bool = True):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("train", overrides=[*(TINY if tiny else []), *overrides])
+
+
+@pytest.fixture(autouse=True)
+def _no_wandb_network(monkeypatch):
+    # Tests never talk to a W&B server, whatever the environment says.
+    monkeypatch.setenv("WANDB_MODE", os.environ.get("SSA_TEST_WANDB_MODE", "disabled"))
+    monkeypatch.setenv("WANDB_SILENT", "true")

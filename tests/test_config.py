@@ -1,0 +1,158 @@
+"""Every option composes and validates; typos and bad values fail with the key, value and choices named."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from ssa_repro.models import MODELS
+from ssa_repro.scorers import SCORERS
+from ssa_repro.tasks import TASKS
+from ssa_repro.validate import ConfigError, check, problems
+from tests.conftest import CONF, ROOT, make_cfg
+
+GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name != "local")
+OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONF / g).glob("*.yaml"))]
+
+
+def test_groups_present():
+    assert {"task", "model", "scorer", "train", "curriculum", "evaluation", "logger", "experiment"} <= set(GROUPS)
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_every_option_composes_and_validates(group, option):
+    cfg = make_cfg(f"{group}={option}", tiny=False)
+    check(cfg)  # no problems in any shipped option
+    if group in ("task", "scorer", "model"):
+        assert cfg[group].name == option
+
+
+def test_registered_names_match_config_options():
+    # each registry entry has a YAML option and vice versa, and glob(*) sweeps see only real options
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        for group, registry in (("task", TASKS), ("scorer", SCORERS), ("model", MODELS)):
+            assert sorted(loader.get_group_options(group)) == registry.names()
+
+
+def test_experiment_holds_the_paper_settings():
+    for task in ("linear", "every", "some"):
+        cfg = make_cfg(f"experiment=paper_{task}", tiny=False)
+        assert cfg.task.name == task
+        assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd) == (12, 8, 256)
+        assert (cfg.train.steps, cfg.train.batch_size, cfg.train.lr) == (500_000, 64, 1e-4)
+        c = cfg.curriculum
+        assert (c.enabled, c.start, c.end, c.inc, c.interval) == (True, 11, 41, 2, 2000)
+
+
+def test_default_composition():
+    cfg = make_cfg(tiny=False)
+    assert (cfg.task.name, cfg.model.name, cfg.scorer.name) == ("linear", "gpt2", "softmax")
+    assert cfg.train.batch_size == 64 and cfg.train.lr == 1e-4
+    assert cfg.logger.mode.value in ("offline", "disabled")  # conftest sets WANDB_MODE for tests
+
+
+def test_logger_mode_honours_env(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert make_cfg().logger.mode.value == "disabled"  # an explicit override wins (TINY sets it)
+    assert make_cfg(tiny=False).logger.mode.value == "offline"
+    monkeypatch.delenv("WANDB_MODE")
+    assert make_cfg(tiny=False).logger.mode.value == "offline"
+
+
+@pytest.mark.parametrize(
+    ("override", "needles"),
+    [
+        ("task.foo=1", ["foo", "LinearTaskConfig"]),
+        ("model.n_layers=2", ["n_layers", "ModelConfig"]),
+        ("scorer.b_int=2", ["b_int", "SoftmaxConfig"]),
+    ],
+)
+def test_typo_key_fails_at_compose(override, needles):
+    with pytest.raises((ConfigCompositionException, ConfigKeyError)) as e:
+        make_cfg(override)
+    text = str(e.value) + str(e.value.__cause__)
+    assert all(n in text for n in needles), text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needles"),
+    [
+        (["task=every", "task.supervise=alll"], ["alll", "all, last"]),
+        (["device=gpu"], ["gpu", "auto, cpu, cuda"]),
+        (["task.x_dist.kind=gaussian"], ["gaussian", "normal, uniform"]),
+        (["logger.mode=onlin"], ["onlin", "offline, online, disabled"]),
+        (["train.steps=many"], ["many", "steps"]),
+    ],
+)
+def test_bad_enum_or_type_fails_at_compose(overrides, needles):
+    with pytest.raises((ConfigCompositionException, ValidationError)) as e:
+        make_cfg(*overrides)
+    text = str(e.value) + str(e.value.__cause__)
+    assert all(n in text for n in needles), text
+
+
+def test_unknown_option_lists_choices():
+    with pytest.raises(MissingConfigException) as e:
+        make_cfg("scorer=ssaa")
+    assert "softmax" in str(e.value) and "ssa" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["task.x_dist.std=0"], "task.x_dist.std=0.0 must be > 0"),
+        (["task.a_dist.std=-1"], "task.a_dist.std=-1.0 must be > 0"),
+        (["task.x_dist.kind=uniform", "task.x_dist.low=1", "task.x_dist.high=1"], "low < high"),
+        (["curriculum.end=40", "model.max_positions=64"], "curriculum.end=40 examples need 80 tokens"),
+        (["task=every", "evaluation.lengths=[5,100]"], "evaluation.lengths contains 100"),
+        (["model.n_head=3"], "model.n_head=3 must divide model.n_embd=16"),
+        (["scorer=ssa", "scorer.n_init=0.5"], "scorer.n_init=0.5 must be >= 1"),
+        (["scorer=ssa", "scorer.b_init=0"], "scorer.b_init=0.0 must be > 0"),
+        (["scorer=ssa", "scorer.n_init=1"], "learn_n"),
+        (["curriculum.start=9", "curriculum.end=5"], "curriculum.start=9 must be <= curriculum.end=5"),
+        (["train.lr=0"], "train.lr=0.0 must be > 0"),
+        (["train.batch_size=0"], "train.batch_size=0 must be >= 1"),
+        (["evaluation.sigmas=[1,-2]"], "evaluation.sigmas"),
+        (["task=every", "task.balance=true", "task.x_dist.mean=1"], "symmetric"),
+        (["task.name=linearr"], "allowed: every, linear, some"),
+    ],
+)
+def test_startup_checks_name_key_and_value(overrides, needle):
+    cfg = make_cfg(*overrides)
+    found = problems(cfg)
+    assert any(needle in p for p in found), found
+    with pytest.raises(ConfigError):
+        check(cfg)
+
+
+def test_all_problems_reported_at_once():
+    found = problems(make_cfg("task.x_dist.std=0", "model.n_head=3", "train.lr=-1"))
+    assert len(found) == 3, found
+
+
+def test_cuda_requested_but_absent():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    assert any("device=cuda" in p for p in problems(make_cfg("device=cuda")))
+
+
+def test_bad_value_on_command_line_leaves_run_folder_untouched(tmp_path):
+    run = tmp_path / "existing_run"
+    run.mkdir()
+    (run / "marker.txt").write_text("keep")
+    proc = subprocess.run(
+        [sys.executable, "train.py", "model.n_head=3", f"hydra.run.dir={run}", "logger.mode=disabled"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "model.n_head=3 must divide model.n_embd=64" in proc.stderr + proc.stdout
+    assert sorted(p.name for p in run.iterdir()) == ["marker.txt"]  # Hydra wrote nothing there

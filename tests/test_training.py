@@ -1,0 +1,176 @@
+"""End-to-end training: every task × model × scorer, the run folder, resume, failures, W&B offline."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+from ssa_repro.training import checkpoint
+from ssa_repro.training.checkpoint import CheckpointError
+from ssa_repro.training.trainer import TrainingDiverged, train
+from ssa_repro.validate import ConfigError
+from tests.conftest import ROOT, TINY, make_cfg
+
+COMBOS = [(t, m, s) for t in ("linear", "every", "some") for m in ("gpt2", "attn_only", "ff_only")
+          for s in ("softmax", "ssa")]
+
+
+@pytest.mark.parametrize(("task", "model", "scorer"), COMBOS, ids=["-".join(c) for c in COMBOS])
+def test_every_combination_trains(tmp_path, task, model, scorer):
+    extra = ["task.labels_in_context=false", "task.supervise=last"] if (task, model) == ("some", "gpt2") else []
+    summary = train(make_cfg(f"task={task}", f"model={model}", f"scorer={scorer}", *extra), tmp_path)
+    assert summary["steps"] == 6 and torch.isfinite(torch.tensor(summary["final_loss"]))
+    grid = pd.read_csv(tmp_path / "eval" / "quick" / "grid.csv")
+    assert len(grid) > 0 and grid["value"].notna().all()
+
+
+def test_run_folder_contents(tmp_path):
+    train(make_cfg("scorer=ssa", "train.keep_every=3"), tmp_path)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"config.yaml", "provenance.json", "train.log", "metrics.jsonl", "checkpoints", "eval",
+            "summary.json"} <= names
+    assert {p.name for p in (tmp_path / "checkpoints").iterdir()} == {"last.pt", "step_0000003.pt",
+                                                                       "step_0000006.pt"}
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [2, 4, 6]
+    assert [r["n_points"] for r in rows] == [3, 4, 5]  # curriculum 3 -> 5, +1 every 2 steps
+    for r in rows:
+        assert {"loss", "lr", "steps_per_sec", "examples_per_sec"} <= set(r)
+        assert len(r["scorer"]["b"]) == 1 and len(r["scorer"]["b"][0]) == 2  # [layers][heads]
+        assert r["scorer"]["n"][0][0] > 1.0
+    prov = json.loads((tmp_path / "provenance.json").read_text())
+    assert prov[0]["packages"]["torch"].startswith("2.13") and "git_commit" in prov[0]
+    assert "step 6/6" in (tmp_path / "train.log").read_text()
+    grid = pd.read_csv(tmp_path / "eval" / "quick" / "grid.csv")
+    assert {"task", "scorer", "model", "predictor", "sigma_f", "sigma_x", "length", "metric", "value",
+            "n_samples", "ci_low", "ci_high"} <= set(grid.columns)
+    assert set(grid.predictor) == {"model", "least_squares", "zero"}
+    assert (tmp_path / "eval" / "quick" / "grid.png").stat().st_size > 0
+    # least squares fits a noise-free line exactly from 2 examples on
+    assert grid[grid.predictor == "least_squares"]["value"].max() < 1e-8
+    assert json.loads((tmp_path / "summary.json").read_text())["parameters"] > 0
+
+
+def _weights(path):
+    return checkpoint.load(path)["model"]
+
+
+def test_resume_equals_uninterrupted(tmp_path):
+    full, split = tmp_path / "full", tmp_path / "split"
+    train(make_cfg("scorer=ssa", "train.steps=8", "train.ckpt_interval=2"), full)
+    train(make_cfg("scorer=ssa", "train.steps=4", "train.ckpt_interval=2"), split)  # stops at 4
+    train(make_cfg("scorer=ssa", "train.steps=8", "train.ckpt_interval=2"), split)  # resumes from 4
+    a, b = _weights(full / "checkpoints" / "last.pt"), _weights(split / "checkpoints" / "last.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    rows = lambda d: [json.loads(x)["loss"] for x in (d / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    assert rows(full) == rows(split)
+    assert json.loads((split / "provenance.json").read_text())[1]["resumed_from_step"] == 4
+
+
+def test_sigkill_and_resume_match_uninterrupted(tmp_path):
+    """A run killed with SIGKILL mid-training and resumed ends with the same loss and weights."""
+    args = [a for a in TINY if not a.startswith("train.steps")] + [
+        "model.n_embd=32", "train.steps=3000", "train.ckpt_interval=50", "train.log_interval=50",
+        "evaluation.enabled=false",
+    ]
+    ref, killed = tmp_path / "ref", tmp_path / "killed"
+    cmd = [sys.executable, "train.py", *args]
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    proc = subprocess.Popen([*cmd, f"hydra.run.dir={killed}"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = killed / "checkpoints" / "last.pt"
+    deadline = time.time() + 120
+    while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = checkpoint.load(ckpt)["step"]
+    assert 0 < killed_at < 3000, "the run was not interrupted mid-way"
+    subprocess.run([*cmd, f"hydra.run.dir={killed}"], cwd=ROOT, env=env, check=True, capture_output=True)
+    subprocess.run([*cmd, f"hydra.run.dir={ref}"], cwd=ROOT, env=env, check=True, capture_output=True)
+    a, b = checkpoint.load(ref / "checkpoints" / "last.pt"), checkpoint.load(ckpt)
+    assert a["step"] == b["step"] == 3000
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    last = lambda d: json.loads((d / "metrics.jsonl").read_text().splitlines()[-1])["loss"]  # noqa: E731
+    assert last(ref) == last(killed)
+    steps = [json.loads(x)["step"] for x in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)), "rows logged after the checkpoint were not dropped on resume"
+
+
+def test_resume_refuses_a_different_config(tmp_path):
+    train(make_cfg(), tmp_path)
+    before = (tmp_path / "config.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"model: checkpoint has .*'n_embd': 16.*config has .*'n_embd': 32"):
+        train(make_cfg("model.n_embd=32"), tmp_path)
+    with pytest.raises(ConfigError, match="train.resume=false"):
+        train(make_cfg("train.resume=false"), tmp_path)
+    assert (tmp_path / "config.yaml").read_text() == before
+
+
+def test_unreadable_checkpoints_give_clear_errors(tmp_path):
+    train(make_cfg(), tmp_path)
+    ckpt = tmp_path / "checkpoints" / "last.pt"
+    data = ckpt.read_bytes()
+    ckpt.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated or not a torch checkpoint"):
+        train(make_cfg(), tmp_path)
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, ckpt)
+    with pytest.raises(CheckpointError, match="not an ssa_repro checkpoint"):
+        train(make_cfg(), tmp_path)
+    ckpt.write_text("hello")
+    with pytest.raises(CheckpointError, match=str(ckpt)):
+        checkpoint.load(ckpt)
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    checkpoint.save(path, {"step": 1})
+
+    def broken(obj, f, *a, **k):
+        open(f, "wb").write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken)
+    with pytest.raises(OSError):
+        checkpoint.save(path, {"step": 2})
+    assert checkpoint.load(path)["step"] == 1  # the old checkpoint is intact
+
+
+def test_non_finite_loss_stops_with_step_and_keeps_last_good(tmp_path, monkeypatch):
+    from ssa_repro.tasks.linear import LinearTask
+
+    real, calls = LinearTask.loss, {"n": 0}
+
+    def loss(self, pred, targets):
+        calls["n"] += 1
+        out = real(self, pred, targets)
+        return out * float("nan") if calls["n"] == 5 else out
+
+    monkeypatch.setattr(LinearTask, "loss", loss)
+    with pytest.raises(TrainingDiverged, match=r"at step 5;.*last good checkpoint: .*last.pt \(step 3\)"):
+        train(make_cfg("train.log_interval=100"), tmp_path)
+    state = checkpoint.load(tmp_path / "checkpoints" / "last.pt")
+    assert state["step"] == 3 and all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_wandb_offline_one_run_per_job(tmp_path, monkeypatch):
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    ids = []
+    for i in range(2):  # as two jobs of one multirun process
+        run = tmp_path / f"job{i}"
+        train(make_cfg("logger.mode=offline"), run)
+        assert wandb.run is None  # finished before the next job
+        ids.append((run / "wandb_id.txt").read_text().strip())
+        offline = list((run / "wandb").glob("offline-run-*"))
+        assert len(offline) == 1 and list(offline[0].glob("*.wandb"))
+    assert ids[0] != ids[1]
