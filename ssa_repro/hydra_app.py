@@ -10,17 +10,20 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from ssa_repro import config as _config  # noqa: F401  (stores the schemas)
-from ssa_repro.validate import ConfigError, check
+from ssa_repro.training.checkpoint import CheckpointError
+from ssa_repro.validate import ConfigError
 
 
 class ValidateFirst(Callback):
-    """Check the config before Hydra creates (or writes into) the run folder, so a bad value never
-    touches an existing run."""
+    """Check the config, and that the run folder (if it exists) holds a run this config may continue,
+    before Hydra creates the folder or rewrites its ``.hydra/``: a bad value never touches a run."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from ssa_repro.training.trainer import preflight
+
         try:
-            check(config)
-        except ConfigError as e:
+            preflight(config, Path(str(config.hydra.run.dir)))
+        except (ConfigError, CheckpointError) as e:
             raise SystemExit(f"Error: {e}") from None
 
 
@@ -33,5 +36,5 @@ def main(cfg: DictConfig) -> dict:
 
     try:
         return train(cfg, run_dir())
-    except ConfigError as e:
+    except (ConfigError, CheckpointError) as e:
         raise SystemExit(f"Error: {e}") from None

@@ -22,7 +22,9 @@ OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONF / g).glob("*.yaml")
 
 
 def test_groups_present():
-    assert {"task", "model", "scorer", "train", "curriculum", "evaluation", "logger", "experiment"} <= set(GROUPS)
+    assert {"task", "model", "scorer", "train", "curriculum", "evaluation", "logger", "experiment"} <= set(
+        GROUPS
+    )
 
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
@@ -151,7 +153,10 @@ def test_bad_value_on_command_line_leaves_run_folder_untouched(tmp_path):
     (run / "marker.txt").write_text("keep")
     proc = subprocess.run(
         [sys.executable, "train.py", "model.n_head=3", f"hydra.run.dir={run}", "logger.mode=disabled"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "model.n_head=3 must divide model.n_embd=64" in proc.stderr + proc.stdout

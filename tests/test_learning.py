@@ -11,9 +11,19 @@ from tests.conftest import make_cfg
 @pytest.mark.parametrize("scorer", ["softmax", "ssa"])
 def test_linear_is_learned_in_context(tmp_path, scorer):
     cfg = make_cfg(
-        "model.n_layer=3", "model.n_head=4", "model.n_embd=32", "train.steps=2000", "train.lr=5e-4",
-        "train.batch_size=64", "curriculum=off", "curriculum.end=11", "train.log_interval=200",
-        "train.ckpt_interval=2000", f"scorer={scorer}", "evaluation.n_batches=4", "evaluation.batch_size=64",
+        "model.n_layer=3",
+        "model.n_head=4",
+        "model.n_embd=32",
+        "train.steps=2000",
+        "train.lr=5e-4",
+        "train.batch_size=64",
+        "curriculum=off",
+        "curriculum.end=11",
+        "train.log_interval=200",
+        "train.ckpt_interval=2000",
+        f"scorer={scorer}",
+        "evaluation.n_batches=4",
+        "evaluation.batch_size=64",
         "evaluation.sigmas=[1.0]",
     )
     d = train(cfg, tmp_path)["eval"]["in_distribution"]

@@ -118,7 +118,9 @@ def test_masked_weights_zero_and_rows_sum_to_one(name):
     upper = torch.ones(t, t, dtype=torch.bool).triu(1)
     assert (w[..., upper] == 0).all(), "masked (future) keys must get weight exactly 0"
     assert (w[..., ~upper] >= 0).all()
-    torch.testing.assert_close(w.double().sum(-1), torch.ones(2, H, t, dtype=torch.float64), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        w.double().sum(-1), torch.ones(2, H, t, dtype=torch.float64), atol=1e-6, rtol=0
+    )
     # the first query sees only itself
     torch.testing.assert_close(w[..., 0, 0], torch.ones(2, H))
 
@@ -146,7 +148,9 @@ def test_finite_forward_backward_for_huge_logits_float32(name):
     s = make(name)
     w = s.weights(q, k, causal(t))
     assert torch.isfinite(w).all()
-    torch.testing.assert_close(w.double().sum(-1), torch.ones(2, H, t, dtype=torch.float64), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        w.double().sum(-1), torch.ones(2, H, t, dtype=torch.float64), atol=1e-5, rtol=0
+    )
     r = torch.randn(w.shape, generator=g)
     (w * r).sum().backward()
     assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
@@ -164,7 +168,9 @@ def test_finite_forward_in_bf16(name):
     assert w.dtype == torch.bfloat16
     assert torch.isfinite(w).all()
     assert (w[..., torch.ones(t, t, dtype=torch.bool).triu(1)] == 0).all()
-    torch.testing.assert_close(w.double().sum(-1), torch.ones(2, H, t, dtype=torch.float64), atol=2e-2, rtol=0)
+    torch.testing.assert_close(
+        w.double().sum(-1), torch.ones(2, H, t, dtype=torch.float64), atol=2e-2, rtol=0
+    )
 
 
 @pytest.mark.parametrize("name", [f64_params(n) for n in ALL])
@@ -187,7 +193,9 @@ def test_gradcheck_tolerant_of_float32_internals_with_exact_zero_logits(name):
     k.requires_grad_(True)
     s = make(name)
     mask = causal(5)
-    assert torch.autograd.gradcheck(lambda a, c: s.weights(a, c, mask), (q, k), eps=1e-4, atol=1e-3, rtol=1e-2)
+    assert torch.autograd.gradcheck(
+        lambda a, c: s.weights(a, c, mask), (q, k), eps=1e-4, atol=1e-3, rtol=1e-2
+    )
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -305,9 +313,10 @@ def test_ssa_transform_derivative(b, n):
     assert torch.equal(ssa_transform(-xx, bt, nt), -ssa_transform(xx, bt, nt))
     # central finite difference at 0: n·log1p(b·h)/h = n·b·(1 - b·h/2 + ...)
     h = 1e-6
-    fd = (ssa_transform(torch.tensor(h, dtype=torch.float64), bt, nt) - ssa_transform(
-        torch.tensor(-h, dtype=torch.float64), bt, nt
-    )) / (2 * h)
+    fd = (
+        ssa_transform(torch.tensor(h, dtype=torch.float64), bt, nt)
+        - ssa_transform(torch.tensor(-h, dtype=torch.float64), bt, nt)
+    ) / (2 * h)
     assert fd.item() == pytest.approx(n * b, rel=max(1e-8, b * h))
 
 
@@ -409,7 +418,11 @@ def test_ssa_fixed_parameters_are_buffers(learn_b, learn_n):
 
 @pytest.mark.parametrize(
     "row,b,n",
-    [([60.0, 10.0, 0.0, -60.0], 1.0, 25.0), ([60.0, 3.0, -1.0, 0.5], math.e, 20.0), ([1e4, 1.0, -1e4, 0.0], 1.0, 20.0)],
+    [
+        ([60.0, 10.0, 0.0, -60.0], 1.0, 25.0),
+        ([60.0, 3.0, -1.0, 0.5], math.e, 20.0),
+        ([1e4, 1.0, -1e4, 0.0], 1.0, 20.0),
+    ],
 )
 def test_ssa_no_overflow_where_literal_power_overflows_float32(row, b, n):
     x = torch.tensor(row).view(1, 1, 1, -1)
@@ -486,7 +499,12 @@ def test_ssa_check_config_rejects(overrides, keys):
 
 @pytest.mark.parametrize(
     "overrides",
-    [dict(), dict(n_init=1.0, learn_n=False), dict(b_init=1e-3, n_init=1.0001), dict(b_init=0.8, n_init=20.0)],
+    [
+        dict(),
+        dict(n_init=1.0, learn_n=False),
+        dict(b_init=1e-3, n_init=1.0001),
+        dict(b_init=0.8, n_init=20.0),
+    ],
 )
 def test_ssa_check_config_accepts(overrides):
     assert SSA.check_config(scorer_cfg("ssa", **overrides)) == []

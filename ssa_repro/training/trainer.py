@@ -59,20 +59,26 @@ def data_seed(seed: int) -> int:
 
 
 def plain(cfg: DictConfig) -> dict:
+    """The resolved config as plain Python (for files, checkpoints and W&B), without Hydra's node."""
+    cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
 
 
-def _select(d: dict, dotted: str):
-    for part in dotted.split("."):
-        d = d.get(part) if isinstance(d, dict) else None
-    return d
+def _flatten(d, prefix: str = "") -> dict:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out = {}
+    for k, v in d.items():
+        out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
 
 
 def _mismatches(saved: dict, current: dict) -> list[str]:
+    """Differences in the keys that must match to resume, one line per leaf key."""
+    a, b = _flatten(saved), _flatten(current)
+    keys = sorted(k for k in a.keys() | b.keys() if any(k == r or k.startswith(r + ".") for r in RESUME_KEYS))
     return [
-        f"{k}: checkpoint has {_select(saved, k)!r}, config has {_select(current, k)!r}"
-        for k in RESUME_KEYS
-        if _select(saved, k) != _select(current, k)
+        f"{k}: checkpoint has {a.get(k)!r}, config has {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)
     ]
 
 
@@ -107,28 +113,35 @@ def _fmt_time(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+def preflight(cfg: DictConfig, run_dir: str | Path) -> dict | None:
+    """Every check that can fail before work starts: config values, and whether ``run_dir`` holds a
+    run this config may continue. Returns the checkpoint to resume from (or None). Writes nothing."""
+    validate.check(cfg)
+    ckpt_path = Path(run_dir) / "checkpoints" / "last.pt"
+    if not ckpt_path.exists():
+        return None
+    if not cfg.train.resume:
+        raise validate.ConfigError(
+            f"{run_dir} already holds a run (checkpoints/last.pt) and train.resume=false; use "
+            "train.resume=true to continue it, or another hydra.run.dir for a new run"
+        )
+    state = checkpoint.load(ckpt_path)
+    bad = _mismatches(state["config"], plain(cfg))
+    if bad:
+        raise validate.ConfigError(
+            f"cannot resume {ckpt_path}: the config differs from the checkpoint's in\n  - "
+            + "\n  - ".join(bad)
+            + "\nuse another hydra.run.dir for a new run"
+        )
+    return state
+
+
 def train(cfg: DictConfig, run_dir: str | Path) -> dict:
     """Train (or continue training) the configured model in ``run_dir``; return the summary."""
-    validate.check(cfg)  # every bad value reported before anything is written
+    state = preflight(cfg, run_dir)  # every bad value reported before anything is written
     run_dir = Path(run_dir)
     ckpt_path = run_dir / "checkpoints" / "last.pt"
     config = plain(cfg)
-    state = None
-    if ckpt_path.exists():
-        if not cfg.train.resume:
-            raise validate.ConfigError(
-                f"{run_dir} already holds a run (checkpoints/last.pt) and train.resume=false; use "
-                "train.resume=true to continue it, or another hydra.run.dir for a new run"
-            )
-        state = checkpoint.load(ckpt_path)
-        bad = _mismatches(state["config"], config)
-        if bad:
-            raise validate.ConfigError(
-                f"cannot resume {ckpt_path}: the config differs from the checkpoint's in\n  - "
-                + "\n  - ".join(bad)
-                + "\nuse another hydra.run.dir for a new run"
-            )
-
     run_dir.mkdir(parents=True, exist_ok=True)
     handler = _add_file_log(run_dir)
     device = resolve_device(cfg.device)
