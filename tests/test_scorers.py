@@ -20,15 +20,6 @@ from ssa_repro.scorers.ssa import SSA, SSAConfig, ssa_transform
 
 H = 3  # heads in most tests
 
-# masked_softmax (scorers/base.py) and SSA.forward call .float(): float64 logits are computed in float32
-# and cast back, so float64 precision is silently lost. Scorers listed here fail the float64-exact
-# tests below; remove a name once that is fixed (strict xfail turns an unexpected pass into a failure).
-F64_DOWNCAST = {"softmax", "ssa"}
-F64_REASON = (
-    "package bug: masked_softmax (scorers/base.py) and SSA.forward cast float64 logits to float32 "
-    "with .float(), so float64 inputs are computed in float32 precision"
-)
-
 
 # ----------------------------------------------------------------------------- helpers
 def scorer_cfg(name: str, **overrides):
@@ -45,11 +36,6 @@ def make(name: str, n_head: int = H, **overrides):
 def causal(t: int, s: int | None = None) -> torch.Tensor:
     s = t if s is None else s
     return torch.ones(t, s, dtype=torch.bool).tril()
-
-
-def f64_params(name):
-    marks = [pytest.mark.xfail(strict=True, reason=F64_REASON)] if name in F64_DOWNCAST else []
-    return pytest.param(name, marks=marks)
 
 
 def inv_softplus64(y: float) -> float:
@@ -125,7 +111,7 @@ def test_masked_weights_zero_and_rows_sum_to_one(name):
     torch.testing.assert_close(w[..., 0, 0], torch.ones(2, H))
 
 
-@pytest.mark.parametrize("name", [f64_params(n) for n in ALL])
+@pytest.mark.parametrize("name", [n for n in ALL])
 def test_float64_rows_sum_to_one_at_float64_precision(name):
     q, k = qk_with_zero_logits(torch.float64, t=9)
     w = make(name).weights(q, k, causal(9))
@@ -173,7 +159,7 @@ def test_finite_forward_in_bf16(name):
     )
 
 
-@pytest.mark.parametrize("name", [f64_params(n) for n in ALL])
+@pytest.mark.parametrize("name", [n for n in ALL])
 def test_gradcheck_float64_with_exact_zero_logits(name):
     q, k = qk_with_zero_logits(torch.float64)
     q.requires_grad_(True)
@@ -321,7 +307,7 @@ def test_ssa_transform_derivative(b, n):
 
 
 def test_ssa_module_gradient_at_all_zero_logits():
-    """Row of S visible zero logits: w = 1/S each, dw_0/dx_0 = t'(0)·w_0·(1 - w_0) = n·b·(1/S)(1 - 1/S)."""
+    """S visible zero logits: w = 1/S each, dw_0/dx_0 = t'(0)·w_0·(1 - w_0) = n·b·(1/S)(1 - 1/S)."""
     s = make("ssa")
     b, n = [0.5, 1.0, math.e], [1.2, 1.5, 3.0]
     set_ssa(s, b, n)

@@ -51,10 +51,15 @@ class Scorer(nn.Module):
         return {}
 
 
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """Upcast bf16/fp16 to float32; float32 and float64 stay as they are."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """softmax over the last axis with masked entries exactly 0; computed in float32, returned in the
-    input dtype (bf16 logits otherwise lose the small weights)."""
-    s = scores.float()
+    """softmax over the last axis with masked entries exactly 0; computed in at least float32 (bf16
+    and fp16 logits otherwise lose the small weights), returned in the input dtype."""
+    s = at_least_float32(scores)
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     return torch.softmax(s, dim=-1).to(scores.dtype)

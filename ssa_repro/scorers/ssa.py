@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ssa_repro.scorers.base import Scorer, masked_softmax
+from ssa_repro.scorers.base import Scorer, at_least_float32, masked_softmax
 from ssa_repro.scorers.registry import SCORERS
 
 
@@ -93,7 +93,7 @@ class SSA(Scorer):
         return 1.0 + nn.functional.softplus(self.nu)
 
     def forward(self, logits, mask):
-        x = logits.float()  # [B, H, T, S]; float32 so bf16 logits keep small weights
+        x = at_least_float32(logits)  # [B, H, T, S]; bf16 logits would lose the small weights
         b = self.b.view(-1, 1, 1)  # [H|1, 1, 1] broadcasts over [B, H, T, S]
         n = self.n.view(-1, 1, 1)
         return masked_softmax(ssa_transform(x, b, n), mask).to(logits.dtype)
