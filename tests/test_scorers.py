@@ -111,7 +111,7 @@ def test_masked_weights_zero_and_rows_sum_to_one(name):
     torch.testing.assert_close(w[..., 0, 0], torch.ones(2, H))
 
 
-@pytest.mark.parametrize("name", [n for n in ALL])
+@pytest.mark.parametrize("name", ALL)
 def test_float64_rows_sum_to_one_at_float64_precision(name):
     q, k = qk_with_zero_logits(torch.float64, t=9)
     w = make(name).weights(q, k, causal(9))
@@ -159,7 +159,7 @@ def test_finite_forward_in_bf16(name):
     )
 
 
-@pytest.mark.parametrize("name", [n for n in ALL])
+@pytest.mark.parametrize("name", ALL)
 def test_gradcheck_float64_with_exact_zero_logits(name):
     q, k = qk_with_zero_logits(torch.float64)
     q.requires_grad_(True)
