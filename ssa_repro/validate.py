@@ -32,8 +32,8 @@ def problems(cfg: DictConfig) -> list[str]:
     for key in ("a_dist", "b_dist", "x_dist"):
         if key in t:
             out += D.check(t[key], f"task.{key}")
+    task = build_task(t)
     if "balance" in t:
-        task = build_task(t)
         if task.balanced and not D.is_symmetric(t.x_dist):
             out.append(
                 "task.x_dist must be symmetric about 0 when the task is balanced (balancing flips signs); "
@@ -60,6 +60,10 @@ def problems(cfg: DictConfig) -> list[str]:
         out.append(f"train.lr={tr.lr} must be > 0")
     if tr.keep_every < 0:
         out.append(f"train.keep_every={tr.keep_every} must be >= 0 (0: keep only last.pt)")
+    elif tr.keep_every and tr.ckpt_interval >= 1 and tr.keep_every % tr.ckpt_interval:
+        out.append(
+            f"train.keep_every={tr.keep_every} must be a multiple of train.ckpt_interval={tr.ckpt_interval}"
+        )
 
     c = cfg.curriculum
     for key in ("start", "end", "interval"):
@@ -69,25 +73,29 @@ def problems(cfg: DictConfig) -> list[str]:
         out.append(f"curriculum.inc={c.inc} must be >= 0")
     if c.enabled and c.start > c.end:
         out.append(f"curriculum.start={c.start} must be <= curriculum.end={c.end}")
+    need = task.n_tokens(c.end)
+    if need > m.max_positions:
+        out.append(
+            f"curriculum.end={c.end} examples need {need} tokens for task {t.name}, more than "
+            f"model.max_positions={m.max_positions}; raise model.max_positions or lower curriculum.end"
+        )
 
     e = cfg.evaluation
-    if any(not sig > 0 for sig in e.sigmas):
-        out.append(f"evaluation.sigmas={list(e.sigmas)} must all be > 0")
-    if any(n < 1 for n in e.lengths):
-        out.append(f"evaluation.lengths={list(e.lengths)} must all be >= 1")
+    if not e.sigmas or any(not sig > 0 for sig in e.sigmas):
+        out.append(f"evaluation.sigmas={list(e.sigmas)} must be a non-empty list of values > 0")
     if e.n_batches < 1 or e.batch_size < 1:
         out.append(
             f"evaluation.n_batches={e.n_batches} and evaluation.batch_size={e.batch_size} must be >= 1"
         )
-
-    if True:  # lengths in tokens
-        task = build_task(t)
-        need = task.n_tokens(c.end)
-        if need > m.max_positions:
-            out.append(
-                f"curriculum.end={c.end} examples need {need} tokens for task {t.name}, more than "
-                f"model.max_positions={m.max_positions}; raise model.max_positions or lower curriculum.end"
-            )
+    if e.skip_first < 0:
+        out.append(f"evaluation.skip_first={e.skip_first} must be >= 0")
+    elif not task.uses_eval_lengths and e.skip_first >= c.end:
+        out.append(
+            f"evaluation.skip_first={e.skip_first} must be < curriculum.end={c.end} (the prompts evaluated)"
+        )
+    if task.uses_eval_lengths:
+        if not e.lengths or any(n < 1 for n in e.lengths):
+            out.append(f"evaluation.lengths={list(e.lengths)} must be a non-empty list of values >= 1")
         for length in e.lengths:
             if task.n_tokens(length) > m.max_positions:
                 out.append(

@@ -1,15 +1,17 @@
 """Weights & Biases logging that never waits on a server by default.
 
-``logger.mode``: ``offline`` (default; the ``WANDB_MODE`` environment variable wins when set),
-``online`` or ``disabled``. Files go under ``<run_dir>/wandb``; offline runs can be uploaded later
-with ``wandb sync <run_dir>/wandb/offline-run-*``. The run id is stored in the run folder, so a
-resumed training run continues the same W&B run. One W&B run per job: ``finish`` is always called.
+``logger.mode``: ``offline`` (default; ``$WANDB_MODE`` when set, through the YAML default
+``${oc.env:WANDB_MODE,offline}``; an explicit ``logger.mode=`` wins), ``online`` or ``disabled``. Files
+go under ``<run_dir>/wandb``; offline runs can be uploaded later with
+``wandb sync <run_dir>/wandb/offline-run-*``. The run id is stored in the run folder, so a resumed
+training run continues the same W&B run. Metrics are plotted against ``train/step`` (a logged value,
+not W&B's internal step), so rows re-logged after a resume are kept. One W&B run per job: ``finish``
+is always called, and ``reinit="finish_previous"`` closes any run a previous job left open.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from enum import Enum
 from pathlib import Path
@@ -17,20 +19,10 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-def resolve_mode(cfg_mode) -> str:
-    mode = cfg_mode.value if isinstance(cfg_mode, Enum) else str(cfg_mode)
-    env = os.environ.get("WANDB_MODE")
-    if env:
-        if env not in ("offline", "online", "disabled", "dryrun", "run"):
-            raise ValueError(f"WANDB_MODE={env!r}; allowed: offline, online, disabled")
-        mode = {"dryrun": "offline", "run": "online"}.get(env, env)
-    return mode
-
-
 class WandbLogger:
     def __init__(self, cfg, run_dir: Path, config_dict: dict, name: str):
         self.run = None
-        mode = resolve_mode(cfg.mode)
+        mode = cfg.mode.value if isinstance(cfg.mode, Enum) else str(cfg.mode)
         if mode == "disabled":
             return
         import wandb
@@ -49,26 +41,28 @@ class WandbLogger:
             dir=str(run_dir),
             mode=mode,
             config=config_dict,
-            reinit="finish_previous",  # a multirun job never logs into the previous job's run
+            reinit="finish_previous",
             settings=wandb.Settings(silent=True, console="off"),
         )
+        self.run.define_metric("train/step")
+        self.run.define_metric("*", step_metric="train/step")
         log.info("W&B %s run %s in %s", mode, run_id, run_dir)
 
-    def log(self, data: dict, step: int) -> None:
+    def log(self, data: dict) -> None:
         if self.run is not None:
-            self.run.log(data, step=step)
+            self.run.log(data)
 
-    def log_table(self, key: str, frame, step: int | None = None) -> None:
-        if self.run is not None:
-            import wandb
-
-            self.run.log({key: wandb.Table(dataframe=frame)}, step=step)
-
-    def log_image(self, key: str, path: Path, step: int | None = None) -> None:
+    def log_table(self, key: str, frame) -> None:
         if self.run is not None:
             import wandb
 
-            self.run.log({key: wandb.Image(str(path))}, step=step)
+            self.run.log({key: wandb.Table(dataframe=frame)})
+
+    def log_image(self, key: str, path: Path) -> None:
+        if self.run is not None:
+            import wandb
+
+            self.run.log({key: wandb.Image(str(path))})
 
     def finish(self, exit_code: int = 0) -> None:
         if self.run is not None:

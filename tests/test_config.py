@@ -124,6 +124,11 @@ def test_unknown_option_lists_choices():
         (["evaluation.sigmas=[1,-2]"], "evaluation.sigmas"),
         (["task=every", "task.balance=true", "task.x_dist.mean=1"], "symmetric"),
         (["task.name=linearr"], "allowed: every, linear, some"),
+        (["train.keep_every=4", "train.ckpt_interval=3"], "multiple of train.ckpt_interval=3"),
+        (["evaluation.sigmas=[]"], "evaluation.sigmas=[] must be a non-empty list"),
+        (["task=some", "evaluation.lengths=[]"], "evaluation.lengths=[] must be a non-empty list"),
+        (["evaluation.skip_first=-1"], "evaluation.skip_first=-1 must be >= 0"),
+        (["curriculum.end=3", "curriculum.start=3"], "evaluation.skip_first=3 must be < curriculum.end=3"),
     ],
 )
 def test_startup_checks_name_key_and_value(overrides, needle):
@@ -161,3 +166,32 @@ def test_bad_value_on_command_line_leaves_run_folder_untouched(tmp_path):
     assert proc.returncode != 0
     assert "model.n_head=3 must divide model.n_embd=64" in proc.stderr + proc.stdout
     assert sorted(p.name for p in run.iterdir()) == ["marker.txt"]  # Hydra wrote nothing there
+
+
+def test_linear_ignores_quantifier_eval_lengths():
+    # evaluation.lengths is only used by every/some: a short linear model is not refused because of it
+    assert problems(make_cfg("model.max_positions=12", "evaluation.lengths=[100]")) == []
+
+
+def test_multirun_checks_every_job_before_the_first_starts(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            "-m",
+            "model.n_head=2,3",
+            "model.n_embd=16",
+            "model.n_layer=1",
+            "train.steps=2",
+            f"hydra.sweep.dir={sweep}",
+            "logger.mode=disabled",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "model.n_head=3 must divide model.n_embd=16" in proc.stderr + proc.stdout
+    assert not sweep.exists()  # not even job 0 ran

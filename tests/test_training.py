@@ -103,6 +103,46 @@ def test_resume_equals_uninterrupted(tmp_path):
     assert json.loads((split / "provenance.json").read_text())[1]["resumed_from_step"] == 4
 
 
+def test_crash_off_the_log_grid_then_resume_keeps_metrics_identical(tmp_path, monkeypatch):
+    """Checkpoints every 3 steps, rows every 2; the run dies right after the row of step 4 (last
+    checkpoint: 3) leaving a half-written line. The resumed run drops the extra rows and its rows
+    average exactly the same steps as an uninterrupted run's."""
+    from ssa_repro.training import trainer
+
+    args = ["train.steps=8", "train.ckpt_interval=3", "train.log_interval=2", "evaluation.enabled=false"]
+    full, crashed = tmp_path / "full", tmp_path / "crashed"
+    train(make_cfg(*args), full)
+    real = trainer._log_row
+
+    def dying(row, stats, path, wb):
+        real(row, stats, path, wb)
+        if row["step"] == 4:
+            with path.open("a") as f:
+                f.write('{"step": 5, "lo')
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(trainer, "_log_row", dying)
+    with pytest.raises(RuntimeError, match="killed"):
+        train(make_cfg(*args), crashed)
+    monkeypatch.setattr(trainer, "_log_row", real)
+    assert checkpoint.load(crashed / "checkpoints" / "last.pt")["step"] == 3
+    train(make_cfg(*args), crashed)
+    rows = lambda d: [(r["step"], r["loss"]) for r in trainer.read_metrics(d / "metrics.jsonl")]  # noqa: E731
+    assert rows(full) == rows(crashed)
+    assert [s for s, _ in rows(full)] == [2, 4, 6, 8]
+
+
+def test_resume_refuses_another_device_type(tmp_path):
+    train(make_cfg(), tmp_path)
+    ckpt = tmp_path / "checkpoints" / "last.pt"
+    state = checkpoint.load(ckpt)
+    state.pop("format")
+    state["device_type"] = "cuda"
+    checkpoint.save(ckpt, state)
+    with pytest.raises(ConfigError, match="checkpoint was written on cuda, this run would be on cpu"):
+        train(make_cfg("device=cpu"), tmp_path)
+
+
 def test_sigkill_and_resume_match_uninterrupted(tmp_path):
     """A run killed with SIGKILL mid-training and resumed ends with the same loss and weights."""
     args = [a for a in TINY if not a.startswith("train.steps")] + [

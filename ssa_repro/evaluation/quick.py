@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from pathlib import Path
 
 import pandas as pd
@@ -28,10 +29,18 @@ from ssa_repro.evaluation import plots
 from ssa_repro.evaluation.baselines import BASELINES
 
 
-def _gen(device, seed: int) -> torch.Generator:
-    g = torch.Generator(device=device)
-    g.manual_seed(seed)
+def _gen(seed: int, *cell) -> torch.Generator:
+    """A CPU generator seeded from the evaluation seed and the cell's values (not its position in a
+    list), so a cell gets the same prompts on any device and in any grid that contains it."""
+    g = torch.Generator()
+    g.manual_seed(zlib.crc32(repr((int(seed), *map(float, cell))).encode()))
     return g
+
+
+def _sample(task, g, n_batches, batch_size, length, device, **dists):
+    """Prompts drawn on the CPU (reproducible across devices), then moved to the model's device."""
+    for _ in range(n_batches):
+        yield task.sample(batch_size, length, g, "cpu", **dists).to(device)
 
 
 def _stat(per_prompt: torch.Tensor) -> dict:
@@ -50,14 +59,12 @@ def _predict(model, batch) -> torch.Tensor:
 def _linear(model, task, cfg, device, base: dict):
     e, n = cfg.evaluation, cfg.curriculum.end
     rows = []
-    for i, sf in enumerate(e.sigmas):
-        for j, sx in enumerate(e.sigmas):
-            g = _gen(device, e.seed + 1000 * (i + 1) + j)
+    for sf in e.sigmas:
+        for sx in e.sigmas:
+            g = _gen(e.seed, sf, sx, n)
             errs = {name: [] for name in ("model", *BASELINES)}
-            for _ in range(e.n_batches):
-                b = task.sample(
-                    e.batch_size, n, g, device, a_dist=normal(sf), b_dist=normal(sf), x_dist=normal(sx)
-                )
+            dists = dict(a_dist=normal(sf), b_dist=normal(sf), x_dist=normal(sx))
+            for b in _sample(task, g, e.n_batches, e.batch_size, n, device, **dists):
                 errs["model"].append(task.error(_predict(model, b), b.targets)[:, e.skip_first :].mean(1))
                 for name, fn in BASELINES.items():
                     errs[name].append(task.error(fn(b.xs, b.targets), b.targets)[:, e.skip_first :].mean(1))
@@ -74,10 +81,9 @@ def _linear(model, task, cfg, device, base: dict):
                     }
                 )
     # in distribution (the training distributions), by position
-    g = _gen(device, e.seed)
+    g = _gen(e.seed, n)
     per_pos = {name: [] for name in ("model", *BASELINES)}
-    for _ in range(e.n_batches):
-        b = task.sample(e.batch_size, n, g, device)
+    for b in _sample(task, g, e.n_batches, e.batch_size, n, device):
         per_pos["model"].append(task.error(_predict(model, b), b.targets))
         for name, fn in BASELINES.items():
             per_pos[name].append(task.error(fn(b.xs, b.targets), b.targets))
@@ -101,12 +107,11 @@ def _quantifier(model, task, cfg, device, base: dict):
         return tail.amax(1), tail.mean(1)  # sequence error, token error
 
     rows = []
-    for i, s in enumerate(e.sigmas):
-        for j, length in enumerate(e.lengths):
-            g = _gen(device, e.seed + 1000 * (i + 1) + j)
+    for s in e.sigmas:
+        for length in e.lengths:
+            g = _gen(e.seed, s, length)
             seq, tok = [], []
-            for _ in range(e.n_batches):
-                b = task.sample(e.batch_size, length, g, device, x_dist=normal(s))
+            for b in _sample(task, g, e.n_batches, e.batch_size, length, device, x_dist=normal(s)):
                 se, te = score(b, _predict(model, b))
                 seq.append(se)
                 tok.append(te)
@@ -122,11 +127,10 @@ def _quantifier(model, task, cfg, device, base: dict):
                         **_stat(torch.cat(v)),
                     }
                 )
-    g = _gen(device, e.seed)
     n = cfg.curriculum.end
+    g = _gen(e.seed, n)
     seq, tok, pos, labels = [], [], [], []
-    for _ in range(e.n_batches):
-        b = task.sample(e.batch_size, n, g, device)
+    for b in _sample(task, g, e.n_batches, e.batch_size, n, device):
         se, te = score(b, _predict(model, b))
         seq.append(se)
         tok.append(te)

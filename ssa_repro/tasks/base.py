@@ -22,6 +22,9 @@ class Batch:
     pred_idx: torch.Tensor
     xs: torch.Tensor
 
+    def to(self, device) -> Batch:
+        return Batch(*(t.to(device) for t in (self.tokens, self.targets, self.pred_idx, self.xs)))
+
 
 class Task:
     """A family of prompts. ``n_points`` is the number of in-context examples (what the curriculum
@@ -29,6 +32,7 @@ class Task:
 
     name: str
     metric: str  # the name of ``error``'s metric, for tables
+    uses_eval_lengths: bool = False  # whether the quick evaluation sweeps evaluation.lengths
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -59,6 +59,7 @@ def _value(v) -> str:
 
 class Quantifier(Task):
     metric = "sign_error"
+    uses_eval_lengths = True
     every: bool  # True: cumulative AND; False: cumulative OR
 
     @property

@@ -22,10 +22,13 @@ def save(path: Path, state: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    torch.save({"format": FORMAT, **state}, tmp)
-    with open(tmp, "rb") as f:  # data on disk before the rename makes it visible
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        torch.save({"format": FORMAT, **state}, tmp)
+        with open(tmp, "rb") as f:  # data on disk before the rename makes it visible
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load(path: Path, map_location="cpu") -> dict:

@@ -96,18 +96,6 @@ def _add_file_log(run_dir: Path) -> logging.Handler | None:
     return handler
 
 
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop rows logged after the checkpoint we resume from (they will be logged again)."""
-    if not path.exists():
-        return
-    keep = [
-        line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step
-    ]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(line + "\n" for line in keep))
-    tmp.replace(path)
-
-
 def _fmt_time(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
@@ -127,6 +115,11 @@ def preflight(cfg: DictConfig, run_dir: str | Path) -> dict | None:
         )
     state = checkpoint.load(ckpt_path)
     bad = _mismatches(state["config"], plain(cfg))
+    here, there = resolve_device(cfg.device).type, state.get("device_type", "cpu")
+    if here != there:  # the prompt generator's state is specific to the device type
+        bad.append(
+            f"device: checkpoint was written on {there}, this run would be on {here} (set device={there})"
+        )
     if bad:
         raise validate.ConfigError(
             f"cannot resume {ckpt_path}: the config differs from the checkpoint's in\n  - "
@@ -157,15 +150,21 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
     opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
     gen = torch.Generator(device=device)
     gen.manual_seed(data_seed(cfg.seed))
-    step = 0
+    # Losses stay on the device between checks (no per-step host sync on GPU); a check finds the first
+    # non-finite one and names its step. The window is saved with checkpoints, so the metrics row after
+    # a resume averages the same steps as without one.
+    window = torch.zeros(cfg.train.log_interval, device=device)
+    step = filled = 0
     if state is not None:
         model.load_state_dict(state["model"])  # strict: a missing scorer parameter is an error
         opt.load_state_dict(state["optimizer"])
-        gen.set_state(state["rng"]["data"].to(gen.get_state().device))
+        gen.set_state(state["rng"]["data"])
         torch.set_rng_state(state["rng"]["torch"])
         if device.type == "cuda" and state["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state(state["rng"]["cuda"], device)
         step = int(state["step"])
+        filled = len(state["loss_window"])
+        window[:filled] = state["loss_window"].to(device)
         log.info("resuming from %s at step %d", ckpt_path, step)
     metrics_path = run_dir / "metrics.jsonl"
     _truncate_metrics(metrics_path, step)
@@ -183,10 +182,28 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
     wb = WandbLogger(cfg.logger, run_dir, config, name)
     last_good = step if state else None
 
+    def check_finite(at: int) -> None:
+        vals = window[:filled].cpu()
+        bad = (~torch.isfinite(vals)).nonzero()
+        if len(bad):
+            where = f"{ckpt_path} (step {last_good})" if last_good is not None else "none was written"
+            raise TrainingDiverged(
+                f"non-finite loss ({vals[bad[0]].item()}) at step {at - filled + int(bad[0]) + 1}; "
+                f"training stopped; last good checkpoint: {where}"
+            )
+
     def save_checkpoint(at: int) -> None:
         nonlocal last_good
+        check_finite(at)
+        if not all(torch.isfinite(p).all() for p in model.parameters()):
+            raise TrainingDiverged(
+                f"non-finite weights after step {at}; training stopped; last good "
+                f"checkpoint: {ckpt_path} (step {last_good})"
+            )
         payload = {
             "step": at,
+            "device_type": device.type,
+            "loss_window": window[:filled].cpu(),
             "model": model.state_dict(),
             "optimizer": opt.state_dict(),
             "rng": {
@@ -201,24 +218,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
             checkpoint.save(ckpt_path.with_name(f"step_{at:07d}.pt"), payload)
         last_good = at
 
-    # Losses stay on the device between checks (no per-step host sync on GPU); a check finds the first
-    # non-finite one and names its step.
-    window = torch.zeros(cfg.train.log_interval, device=device)
-    window_start, filled = step, 0
-
-    def check_finite() -> None:
-        vals = window[:filled].cpu()
-        bad = (~torch.isfinite(vals)).nonzero()
-        if len(bad):
-            at = window_start + int(bad[0]) + 1
-            where = f"{ckpt_path} (step {last_good})" if last_good is not None else "none was written"
-            raise TrainingDiverged(
-                f"non-finite loss ({vals[bad[0]].item()}) at step {at}; "
-                f"training stopped; last good checkpoint: {where}"
-            )
-
-    t0 = time.perf_counter()
-    t_window, exit_code = time.perf_counter(), 1
+    t0 = t_window = time.perf_counter()
+    steps_at_window = step
+    exit_code = 1
     try:
         model.train()
         while step < cfg.train.steps:
@@ -234,9 +236,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
             step += 1
             done = step == cfg.train.steps
             if step % cfg.train.log_interval == 0 or done:  # rows at the same steps after a resume
-                check_finite()
+                check_finite(step)
                 now = time.perf_counter()
-                rate = filled / max(now - t_window, 1e-9)
+                rate = (step - steps_at_window) / max(now - t_window, 1e-9)
                 row = {
                     "step": step,
                     "loss": window[:filled].mean().item(),
@@ -246,17 +248,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
                     "examples_per_sec": rate * cfg.train.batch_size,
                     "elapsed_s": now - t0,
                 }
-                stats = model.scorer_stats()
-                if stats:  # [L, H] each
-                    row["scorer"] = {k: v.cpu().tolist() for k, v in stats.items()}
-                with open(metrics_path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                flat = {k: v for k, v in row.items() if k != "scorer"}
-                for k, v in stats.items():
-                    for layer, heads in enumerate(v.cpu().tolist()):
-                        flat.update({f"scorer/{k}/L{layer}H{h}": x for h, x in enumerate(heads)})
-                wb.log(flat, step=step)
-                eta = (cfg.train.steps - step) / max(rate, 1e-9)
+                _log_row(row, model.scorer_stats(), metrics_path, wb)
                 log.info(
                     "step %d/%d (%.0f%%) | loss %.4g | n_points %d | %.1f steps/s | ETA %s",
                     step,
@@ -265,36 +257,31 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
                     row["loss"],
                     n,
                     rate,
-                    _fmt_time(eta),
+                    _fmt_time((cfg.train.steps - step) / max(rate, 1e-9)),
                 )
-                window_start, filled, t_window = step, 0, now
+                filled, t_window, steps_at_window = 0, now, step
             if step % cfg.train.ckpt_interval == 0 or done:
-                check_finite()
                 save_checkpoint(step)
 
-        train_time = time.perf_counter() - t0
         summary = {
             "name": name,
             "steps": step,
             "parameters": n_params,
             "device": str(device),
-            "train_seconds_this_start": train_time,
+            "train_seconds_this_start": time.perf_counter() - t0,
         }
-        rows = (
-            [json.loads(line) for line in metrics_path.read_text().splitlines()]
-            if metrics_path.exists()
-            else []
-        )
+        rows = read_metrics(metrics_path)
         if rows:
             summary["final_loss"] = rows[-1]["loss"]
         if cfg.evaluation.enabled:
             t_eval = time.perf_counter()
-            summary["eval"] = evaluate_quick(model, task, cfg, device, run_dir / "eval" / "quick")
+            out = run_dir / "eval" / "quick"
+            summary["eval"] = evaluate_quick(model, task, cfg, device, out)
             summary["eval_seconds"] = time.perf_counter() - t_eval
             for f in summary["eval"]["figures"]:
                 if f.endswith(".png"):
-                    wb.log_image(f"eval/{Path(f).stem}", run_dir / "eval" / "quick" / f, step=step)
-            wb.log_table("eval/grid", pd.read_csv(run_dir / "eval" / "quick" / "grid.csv"), step=step)
+                    wb.log_image(f"eval/{Path(f).stem}", out / f)
+            wb.log_table("eval/grid", pd.read_csv(out / "grid.csv"))
             log.info("evaluation: %s", json.dumps(summary["eval"]["in_distribution"]))
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         exit_code = 0
@@ -306,4 +293,38 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
             handler.close()
 
 
-__all__ = ["train", "TrainingDiverged", "resolve_device"]
+def _log_row(row: dict, stats: dict, metrics_path: Path, wb: WandbLogger) -> None:
+    """One metrics row to metrics.jsonl (scorer parameters as [layer][head] lists) and to W&B (flat)."""
+    if stats:  # {"b": [L, H], "n": [L, H]}
+        row["scorer"] = {k: v.cpu().tolist() for k, v in stats.items()}
+    with open(metrics_path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    flat = {f"train/{k}": v for k, v in row.items() if k != "scorer"}
+    for k, v in row.get("scorer", {}).items():
+        for layer, heads in enumerate(v):
+            flat.update({f"scorer/{k}/L{layer}H{h}": x for h, x in enumerate(heads)})
+    wb.log(flat)
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The rows of metrics.jsonl; a half-written last line (from a killed run) is skipped."""
+    rows = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop rows logged after the checkpoint we resume from (they will be logged again)."""
+    if not path.exists():
+        return
+    keep = [row for row in read_metrics(path) if row["step"] <= step]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in keep))
+    tmp.replace(path)
+
+
+__all__ = ["train", "preflight", "read_metrics", "TrainingDiverged", "resolve_device"]
