@@ -152,6 +152,7 @@ def test_cuda_requested_but_absent():
     assert any("device=cuda" in p for p in problems(make_cfg("device=cuda")))
 
 
+@pytest.mark.slow
 def test_bad_value_on_command_line_leaves_run_folder_untouched(tmp_path):
     run = tmp_path / "existing_run"
     run.mkdir()
@@ -173,6 +174,7 @@ def test_linear_ignores_quantifier_eval_lengths():
     assert problems(make_cfg("model.max_positions=12", "evaluation.lengths=[100]")) == []
 
 
+@pytest.mark.slow
 def test_multirun_checks_every_job_before_the_first_starts(tmp_path):
     sweep = tmp_path / "sweep"
     proc = subprocess.run(

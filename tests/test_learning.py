@@ -8,6 +8,7 @@ from ssa_repro.training.trainer import train
 from tests.conftest import make_cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scorer", ["softmax", "ssa"])
 def test_linear_is_learned_in_context(tmp_path, scorer):
     cfg = make_cfg(

@@ -143,6 +143,7 @@ def test_resume_refuses_another_device_type(tmp_path):
         train(make_cfg("device=cpu"), tmp_path)
 
 
+@pytest.mark.slow
 def test_sigkill_and_resume_match_uninterrupted(tmp_path):
     """A run killed with SIGKILL mid-training and resumed ends with the same loss and weights."""
     args = [a for a in TINY if not a.startswith("train.steps")] + [
@@ -252,6 +253,7 @@ def test_wandb_offline_one_run_per_job(tmp_path, monkeypatch):
     assert ids[0] != ids[1]
 
 
+@pytest.mark.slow
 def test_mismatched_rerun_into_existing_folder_touches_nothing(tmp_path):
     run = tmp_path / "run"
     base = [a for a in TINY if not a.startswith("logger")] + ["logger.mode=disabled", f"hydra.run.dir={run}"]
