@@ -47,7 +47,7 @@ def problems(cfg: DictConfig) -> list[str]:
     if m.n_head >= 1 and m.n_embd % m.n_head:
         out.append(f"model.n_head={m.n_head} must divide model.n_embd={m.n_embd}")
 
-    out += SCORERS.get(cfg.scorer.name).check_config(cfg.scorer)
+    out += SCORERS.get(cfg.scorer.name).check_config(cfg.scorer, cfg.model.n_head)
 
     tr = cfg.train
     for key in ("steps",):

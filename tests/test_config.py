@@ -31,16 +31,20 @@ def test_groups_present():
 def test_every_option_composes_and_validates(group, option):
     cfg = make_cfg(f"{group}={option}", tiny=False)
     check(cfg)  # no problems in any shipped option
-    if group in ("task", "scorer", "model"):
+    if group in ("task", "model"):
         assert cfg[group].name == option
+    if group == "scorer":  # presets (ssa_n2, ...) share a registered name and keep their own label
+        assert cfg.scorer.label == option and cfg.scorer.name in SCORERS
 
 
 def test_registered_names_match_config_options():
     # each registry entry has a YAML option and vice versa, and glob(*) sweeps see only real options
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
-        for group, registry in (("task", TASKS), ("scorer", SCORERS), ("model", MODELS)):
+        for group, registry in (("task", TASKS), ("model", MODELS)):
             assert sorted(loader.get_group_options(group)) == registry.names()
+        # every registered scorer has an option of its own name; other options are presets of one
+        assert set(SCORERS.names()) <= set(loader.get_group_options("scorer"))
 
 
 def test_experiment_holds_the_paper_settings():

@@ -13,11 +13,12 @@ import pandas as pd
 import pytest
 import torch
 
+from ssa_repro.models import build_model
 from ssa_repro.training import checkpoint
 from ssa_repro.training.checkpoint import CheckpointError
 from ssa_repro.training.trainer import TrainingDiverged, train
 from ssa_repro.validate import ConfigError
-from tests.conftest import ROOT, TINY, make_cfg
+from tests.conftest import CONF, ROOT, TINY, make_cfg
 
 COMBOS = [
     (t, m, s)
@@ -36,6 +37,27 @@ def test_every_combination_trains(tmp_path, task, model, scorer):
     assert summary["steps"] == 6 and torch.isfinite(torch.tensor(summary["final_loss"]))
     grid = pd.read_csv(tmp_path / "eval" / "quick" / "grid.csv")
     assert len(grid) > 0 and grid["value"].notna().all()
+
+
+SCORER_OPTIONS = sorted(p.stem for p in (CONF / "scorer").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("task", ["linear", "every", "some"])
+@pytest.mark.parametrize("scorer", SCORER_OPTIONS)
+def test_every_scorer_option_trains_on_every_task(tmp_path, task, scorer):
+    """A few steps of every scorer option (presets included) on every task; attention-only for
+    'some' (the scorer is the only mixing there). Weights must change and stay finite."""
+    model = "attn_only" if task == "some" else "gpt2"
+    cfg = make_cfg(f"task={task}", f"scorer={scorer}", f"model={model}", "model.n_head=4", "model.n_embd=16",
+                   "train.steps=3", "evaluation.enabled=false")
+    summary = train(cfg, tmp_path)
+    assert torch.isfinite(torch.tensor(summary["final_loss"]))
+    state = checkpoint.load(tmp_path / "checkpoints" / "last.pt")["model"]
+    assert all(torch.isfinite(v).all() for v in state.values())
+    torch.manual_seed(cfg.seed)
+    init = build_model(cfg.model, cfg.scorer).state_dict()
+    moved = [k for k in init if not torch.equal(init[k], state[k])]
+    assert any(".attn.qkv." in k for k in moved), "attention weights did not train"
 
 
 def test_run_folder_contents(tmp_path):

@@ -155,7 +155,7 @@ def evaluate_quick(model, task, cfg, device, out_dir: Path) -> dict:
     """Run the short evaluation; write tables and figures to ``out_dir``; return the summary."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    base = {"task": cfg.task.name, "scorer": cfg.scorer.name, "model": cfg.model.name}
+    base = {"task": cfg.task.name, "scorer": cfg.scorer.label, "model": cfg.model.name}
     was_training = model.training
     model.eval()
     try:
@@ -168,7 +168,7 @@ def evaluate_quick(model, task, cfg, device, out_dir: Path) -> dict:
     grid, by_pos = pd.DataFrame(rows), pd.DataFrame(pos_rows)
     grid.to_csv(out_dir / "grid.csv", index=False)
     by_pos.to_csv(out_dir / "by_position.csv", index=False)
-    title = f"{cfg.task.name} · {cfg.scorer.name} · {cfg.model.name}"
+    title = f"{cfg.task.name} · {cfg.scorer.label} · {cfg.model.name}"
     mine = grid[grid.predictor == "model"]
     if cfg.task.name == "linear":
         figs = plots.heatmap(

@@ -1,6 +1,16 @@
-"""Attention scoring functions, chosen by name (``scorer=softmax|ssa``)."""
+"""Attention scoring functions, chosen by name (``scorer=softmax|ssa|temperature|sparsemax|...``; see README)."""
 
-from ssa_repro.scorers import softmax, ssa  # noqa: F401  (fill the registry)
+from ssa_repro.scorers import (  # noqa: F401  (fill the registry)
+    cosformer,
+    hybrid,
+    sa_softmax,
+    softmax,
+    softplus,
+    sparse,
+    ssa,
+    ssmax,
+    temperature,
+)
 from ssa_repro.scorers.base import Scorer
 from ssa_repro.scorers.registry import SCORERS
 

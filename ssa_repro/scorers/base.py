@@ -13,19 +13,35 @@ the transform, and masked weights are exactly 0.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 
+@dataclass
+class ScorerConfig:
+    """Fields every scorer config has. ``label`` names the option in tables, plots and run folders
+    (presets such as ``ssa_n2`` share ``name: ssa`` but keep their own label)."""
+
+    name: str = "softmax"
+    label: str = "${.name}"
+
+
 class Scorer(nn.Module):
+    # Properties the shared tests (tests/test_scorers.py) hold each scorer to; set them where the
+    # definition says otherwise, and document why in the scorer's docstring.
+    rows_sum_to_one: bool = True  # False where the definition does not renormalise
+    zero_rows_possible: bool = False  # a row may be all zeros (CosFormer with relu(q_i) = 0)
+    smooth: bool = True  # differentiable everywhere, exact-zero logits included (no relu / min / max kinks)
+
     def __init__(self, cfg, n_head: int):
         super().__init__()
         self.cfg = cfg
         self.n_head = n_head
 
     @classmethod
-    def check_config(cls, cfg) -> list[str]:
+    def check_config(cls, cfg, n_head: int) -> list[str]:
         """Problems with this scorer's config values (each naming key, value and what is allowed)."""
         return []
 
@@ -49,6 +65,21 @@ class Scorer(nn.Module):
     def stats(self) -> dict[str, torch.Tensor]:
         """Learnable scalars worth logging, each [H] (or [1] when shared by the layer's heads)."""
         return {}
+
+
+def param_or_buffer(module: nn.Module, name: str, value: torch.Tensor, learn: bool) -> None:
+    """A trainable parameter, or a buffer (saved in checkpoints, never trained) when ``learn`` is false."""
+    if learn:
+        setattr(module, name, nn.Parameter(value))
+    else:
+        module.register_buffer(name, value)
+
+
+def visible_count(mask: torch.Tensor | None, shape: torch.Size, device) -> torch.Tensor:
+    """Number of visible keys per query row, [.., T, 1] broadcastable to ``shape`` ([B, H, T, S])."""
+    if mask is None:
+        return torch.full((1, 1, 1), float(shape[-1]), device=device)
+    return mask.sum(-1, keepdim=True).to(torch.float32)
 
 
 def at_least_float32(x: torch.Tensor) -> torch.Tensor:

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from ssa_repro.scorers.base import Scorer, masked_softmax
+from ssa_repro.scorers.base import Scorer, ScorerConfig, masked_softmax
 from ssa_repro.scorers.registry import SCORERS
 
 
 @dataclass
-class SoftmaxConfig:
+class SoftmaxConfig(ScorerConfig):
     name: str = "softmax"
 
 

@@ -13,9 +13,17 @@ softmax). t is odd and C¹ with t'(x) = n·b / (1 + b|x|), so t'(0) = n·b: the 
 ``where(x >= 0)`` and t = s·n·log1p(b·s·x), which has that exact derivative at 0 (a form built from
 torch.sign/abs would give 0 there). The mask is applied after the transform.
 
-Parameters, per head (default; the paper's appendix B) or one pair per layer: b = exp(β), n = 1 +
-softplus(ν), so b > 0 and n >= 1 whatever the optimiser does; each can train or stay fixed at its
-initial value (fixed ones are buffers, still saved in checkpoints). With b = 1/m, n = m, m -> ∞, SSA
+Parameters, per head (default; the paper's appendix B) or one pair per layer; each can train or stay
+fixed at its initial value (fixed ones are buffers, still saved in checkpoints). ``param`` chooses how
+the stored numbers (β, ν) map to (b, n):
+
+    constrained (default)  b = exp(β), n = 1 + softplus(ν): b > 0 and n >= 1 whatever the optimiser does
+    exp                    b = exp(β), n = exp(ν): the public nanoGPT fork's (n may fall below 1)
+    raw                    b = β, n = ν: the public Triton kernel's (nothing keeps b > 0 or n >= 1)
+
+Presets (conf/scorer/): ``ssa`` (learnable b and n per head), ``ssa_n1.5`` and ``ssa_n2`` (n fixed,
+the paper's BabyBERTa runs), ``ssa_nanogpt`` (per layer, exp, b = e, n = e^0.4 ≈ 1.49, both learnable)
+and ``ssa_triton`` (per layer, raw, n = 1.5 learnable, b = 0.8 fixed). With b = 1/m, n = m, m -> ∞, SSA
 tends to softmax. Unlike softmax it is not shift-invariant.
 """
 
@@ -23,22 +31,30 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
 from torch import nn
 
-from ssa_repro.scorers.base import Scorer, at_least_float32, masked_softmax
+from ssa_repro.scorers.base import Scorer, ScorerConfig, at_least_float32, masked_softmax, param_or_buffer
 from ssa_repro.scorers.registry import SCORERS
 
 
+class SSAParam(str, Enum):
+    constrained = "constrained"
+    exp = "exp"
+    raw = "raw"
+
+
 @dataclass
-class SSAConfig:
+class SSAConfig(ScorerConfig):
     name: str = "ssa"
     per_head: bool = True  # one (b, n) per head (paper appendix B), or one pair per layer
-    b_init: float = 1.0  # b > 0, parameterised b = exp(beta)
-    n_init: float = 1.5  # n >= 1, parameterised n = 1 + softplus(nu); n_init > 1 when learn_n
+    b_init: float = 1.0
+    n_init: float = 1.5  # with param=constrained: n_init > 1 when learn_n
     learn_b: bool = True
     learn_n: bool = True
+    param: SSAParam = SSAParam.constrained
 
 
 def ssa_transform(x: torch.Tensor, b: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
@@ -59,18 +75,27 @@ class SSA(Scorer):
     def __init__(self, cfg, n_head: int):
         super().__init__(cfg, n_head)
         size = n_head if cfg.per_head else 1
-        beta = torch.full((size,), math.log(cfg.b_init))
-        nu = torch.full((size,), inverse_softplus(cfg.n_init - 1.0))
-        self._param_or_buffer("beta", beta, cfg.learn_b)
-        self._param_or_buffer("nu", nu, cfg.learn_n)
+        self.param = getattr(cfg.param, "value", cfg.param)
+        b0, n0 = float(cfg.b_init), float(cfg.n_init)
+        beta, nu = {
+            "constrained": (math.log(b0), inverse_softplus(n0 - 1.0)),
+            "exp": (math.log(b0), math.log(n0)),
+            "raw": (b0, n0),
+        }[self.param]
+        param_or_buffer(self, "beta", torch.full((size,), beta), cfg.learn_b)
+        param_or_buffer(self, "nu", torch.full((size,), nu), cfg.learn_n)
 
     @classmethod
-    def check_config(cls, cfg) -> list[str]:
+    def check_config(cls, cfg, n_head: int) -> list[str]:
         out = []
         if not cfg.b_init > 0:
             out.append(f"scorer.b_init={cfg.b_init} must be > 0")
-        if not cfg.n_init >= 1:
-            out.append(f"scorer.n_init={cfg.n_init} must be >= 1")
+        param = getattr(cfg.param, "value", cfg.param)
+        if param != "constrained":
+            if not cfg.n_init > 0:
+                out.append(f"scorer.n_init={cfg.n_init} must be > 0")
+        elif not cfg.n_init >= 1:
+            out.append(f"scorer.n_init={cfg.n_init} must be >= 1 (param=constrained keeps n >= 1)")
         elif cfg.learn_n and cfg.n_init == 1:
             out.append(
                 "scorer.n_init=1 with scorer.learn_n=true: n = 1 + softplus(nu) reaches 1 only in the "
@@ -78,19 +103,15 @@ class SSA(Scorer):
             )
         return out
 
-    def _param_or_buffer(self, name, value, learn):
-        if learn:
-            setattr(self, name, nn.Parameter(value))
-        else:
-            self.register_buffer(name, value)
-
     @property
     def b(self) -> torch.Tensor:  # [H] or [1]
-        return self.beta.exp()
+        return self.beta if self.param == "raw" else self.beta.exp()
 
     @property
     def n(self) -> torch.Tensor:  # [H] or [1]
-        return 1.0 + nn.functional.softplus(self.nu)
+        if self.param == "constrained":
+            return 1.0 + nn.functional.softplus(self.nu)
+        return self.nu.exp() if self.param == "exp" else self.nu
 
     def forward(self, logits, mask):
         x = at_least_float32(logits)  # [B, H, T, S]; bf16 logits would lose the small weights

@@ -170,7 +170,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
     _truncate_metrics(metrics_path, step)
 
     n_params = count_parameters(model)
-    name = f"{cfg.task.name}-{cfg.scorer.name}-{cfg.model.name}-s{cfg.seed}"
+    name = f"{cfg.task.name}-{cfg.scorer.label}-{cfg.model.name}-s{cfg.seed}"
     log.info(
         "%s: %s parameters on %s, %d steps, run folder %s",
         name,
