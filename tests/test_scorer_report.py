@@ -1,0 +1,137 @@
+"""Scorer diagnostics (ssa_repro/scorers/diagnostics.py) and scripts/scorer_report.py.
+
+Saturation is checked against the independent table in the reference notes (scorers.md: weight on one
+key whose logit beats the other N − 1, all at 0, by g) and against closed forms written here.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from ssa_repro.scorers.diagnostics import load_scorer, saturation, scorer_options, sdpa_step_cost, step_cost
+
+ROOT = Path(__file__).resolve().parents[1]
+REF_GRID = [(16, 5.0), (16, 10.0), (16, 20.0), (80, 20.0)]  # scorers.md's columns (N, g)
+GRID = [(2, 0.5), (16, 1.0), (16, 5.0), (16, 20.0), (80, 3.0), (80, 20.0)]
+
+# scorers.md, "Saturation" table
+REFERENCE = {
+    "softmax": (0.908, 0.999, 1.000, 1.000),
+    "ssa_nanogpt": (0.784, 0.907, 0.964, 0.835),  # SSA b = e, n = 1.49
+    "ssa_triton": (0.427, 0.643, 0.824, 0.470),  # SSA b = 0.8, n = 1.5
+    "sparsemax": (1.0, 1.0, 1.0, 1.0),
+    "entmax15": (1.0, 1.0, 1.0, 1.0),
+    "ssmax": (0.963, 1.000, 1.000, 1.000),  # s = 0.43
+}
+
+
+@pytest.fixture(scope="module")
+def scorers():
+    return {opt: load_scorer(opt) for opt in scorer_options()}
+
+
+def closed_ssa(n_keys, g, b, n):
+    top = (1.0 + b * g) ** n
+    return top / (top + n_keys - 1)
+
+
+def closed_softmax(n_keys, g, scale=1.0):
+    return math.exp(scale * g) / (math.exp(scale * g) + n_keys - 1)
+
+
+@pytest.mark.parametrize("option", sorted(REFERENCE))
+def test_saturation_reproduces_reference_table(scorers, option):
+    ours = [saturation(scorers[option], n, g) for n, g in REF_GRID]
+    assert [round(x, 3) for x in ours] == pytest.approx(REFERENCE[option], abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "option, b, n",
+    [
+        ("ssa", 1.0, 1.5),
+        ("ssa_n1.5", 1.0, 1.5),
+        ("ssa_n2", 1.0, 2.0),
+        ("ssa_nanogpt", math.e, math.exp(0.4)),
+        ("ssa_triton", 0.8, 1.5),
+    ],
+)
+def test_saturation_ssa_closed_form(scorers, option, b, n):
+    for n_keys, g in GRID:
+        assert saturation(scorers[option], n_keys, g) == pytest.approx(closed_ssa(n_keys, g, b, n), rel=1e-6)
+
+
+@pytest.mark.parametrize("option", ["softmax", "temperature", "hybrid", "sa_softmax"])
+def test_saturation_softmax_closed_form(scorers, option):
+    # temperature: τ = 1 at init; hybrid: head 0 is softmax; sa_softmax: the top key's factor is 1
+    for n_keys, g in GRID:
+        assert saturation(scorers[option], n_keys, g) == pytest.approx(closed_softmax(n_keys, g), rel=1e-6)
+
+
+def test_saturation_ssmax_and_average_closed_forms(scorers):
+    average = load_scorer("hybrid", overrides=["scorer.heads=[average]"])
+    for n_keys, g in GRID:
+        expected = closed_softmax(n_keys, g, scale=0.43 * math.log(n_keys))
+        assert saturation(scorers["ssmax"], n_keys, g) == pytest.approx(expected, rel=1e-6)
+        assert saturation(average, n_keys, g) == pytest.approx(1.0 / n_keys, rel=1e-12)
+
+
+def test_saturation_sparse_are_one_hot_at_large_gaps(scorers):
+    for option in ("sparsemax", "entmax15", "entmax_alpha"):
+        assert saturation(scorers[option], 16, 5.0) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_cosformer_saturation_is_nan(scorers):
+    assert math.isnan(saturation(scorers["cosformer"], 16, 5.0))
+
+
+def test_scorer_options_are_the_yaml_stems():
+    stems = sorted(
+        p.name[: -len(".yaml")] for p in (ROOT / "conf" / "scorer").iterdir() if p.name.endswith(".yaml")
+    )
+    assert scorer_options() == stems
+    assert {"softmax", "ssa", "ssa_nanogpt", "ssa_triton", "cosformer"} <= set(stems)
+
+
+def test_step_costs_are_positive(scorers):
+    assert step_cost(scorers["ssa"], B=2, H=8, T=8, d=8, reps=2) > 0
+    assert sdpa_step_cost(B=2, H=2, T=8, d=8, reps=2) > 0
+
+
+def test_report_script_writes_everything(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("scorer_report", ROOT / "scripts" / "scorer_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "report"
+    module.main(["--out", str(out), "--reps", "1", "--cost-shape", "2", "8", "8", "8"])
+    stdout = capsys.readouterr().out
+
+    for name in ("saturation.csv", "saturation.md", "base_functions.png", "base_functions.pdf"):
+        assert (out / name).stat().st_size > 0, name
+    for name in ("cost.csv", "cost.md", "report.md"):
+        assert (out / name).stat().st_size > 0, name
+
+    with open(out / "saturation.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert set(rows[0]) == {"option", "N", "g", "weight"}
+    options = scorer_options()
+    assert set(options) <= {r["option"] for r in rows}
+    by_key = {(r["option"], int(r["N"]), float(r["g"])): r["weight"] for r in rows}
+    assert float(by_key[("softmax", 16, 5.0)]) == pytest.approx(closed_softmax(16, 5.0), abs=1e-6)
+    assert float(by_key[("ssa_triton", 80, 20.0)]) == pytest.approx(0.470, abs=5e-4)
+    assert by_key[("cosformer", 16, 5.0)] == ""  # nan: scores q and k
+
+    sat_md = (out / "saturation.md").read_text()
+    assert "n/a (scores q, k)" in sat_md
+    assert "SSA b=e, n=1.49" in sat_md and "SSA b=0.8, n=1.5" in sat_md
+    for opt in options:
+        assert f"| {opt} |" in sat_md
+    with open(out / "cost.csv") as f:
+        cost_rows = {r["variant"] for r in csv.DictReader(f)}
+    assert {"SDPA", "softmax (eager)", *options} <= cost_rows
+    assert "base_functions.png" in (out / "report.md").read_text()
+    assert "MISMATCH" not in stdout and "total wall time" in stdout
