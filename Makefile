@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast lint bench clean
+.PHONY: help install demo test test-fast lint bench report clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ lint: $(STAMP)  ## ruff
 
 bench: $(STAMP)  ## training-step timings, softmax vs SSA (scripts/bench.py)
 	$(PY) scripts/bench.py
+
+report: $(STAMP)  ## the scorer report: saturation table, base functions, cost (outputs/scorer_report/)
+	$(PY) scripts/scorer_report.py
 
 clean:  ## remove the virtual environment and caches (keeps outputs/)
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
