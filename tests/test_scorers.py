@@ -109,8 +109,27 @@ def gradcheck_inputs(s, dtype=torch.float64):
 
 # ----------------------------------------------------------------------------- generic properties
 def test_registry_has_the_paper_scorers_with_schemas():
-    assert {"softmax", "ssa"} <= set(ALL)
+    assert {
+        "softmax",
+        "ssa",
+        "temperature",
+        "sparsemax",
+        "entmax15",
+        "entmax_alpha",
+        "ssmax",
+        "sa_softmax",
+        "cosformer",
+        "hybrid",
+        "softplus",
+    } <= set(ALL)
     assert all(name in SCORERS.schemas for name in ALL)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_schema_default_name_is_the_registered_name(name):
+    # the generic tests below build each scorer from its schema's defaults: they must build that scorer
+    assert SCORERS.schemas[name]().name == name
+    assert type(make(name)) is SCORERS.get(name)
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -48,8 +48,15 @@ def test_every_scorer_option_trains_on_every_task(tmp_path, task, scorer):
     """A few steps of every scorer option (presets included) on every task; attention-only for
     'some' (the scorer is the only mixing there). Weights must change and stay finite."""
     model = "attn_only" if task == "some" else "gpt2"
-    cfg = make_cfg(f"task={task}", f"scorer={scorer}", f"model={model}", "model.n_head=4", "model.n_embd=16",
-                   "train.steps=3", "evaluation.enabled=false")
+    cfg = make_cfg(
+        f"task={task}",
+        f"scorer={scorer}",
+        f"model={model}",
+        "model.n_head=4",
+        "model.n_embd=16",
+        "train.steps=3",
+        "evaluation.enabled=false",
+    )
     summary = train(cfg, tmp_path)
     assert torch.isfinite(torch.tensor(summary["final_loss"]))
     state = checkpoint.load(tmp_path / "checkpoints" / "last.pt")["model"]

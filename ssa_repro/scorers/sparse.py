@@ -32,6 +32,11 @@ class SparseConfig(ScorerConfig):
 
 
 @dataclass
+class Entmax15Config(SparseConfig):
+    name: str = "entmax15"
+
+
+@dataclass
 class EntmaxAlphaConfig(SparseConfig):
     name: str = "entmax_alpha"
     alpha: float = 1.5  # initial α in (1, 2), learnable per head
@@ -67,7 +72,7 @@ class Sparsemax(_Sparse):
         return entmax.sparsemax(z, dim=-1)
 
 
-@SCORERS.register("entmax15", schema=SparseConfig)
+@SCORERS.register("entmax15", schema=Entmax15Config)
 class Entmax15(_Sparse):
     def normalise(self, z):
         return entmax.entmax15(z, dim=-1)

@@ -77,11 +77,12 @@ class SSA(Scorer):
         size = n_head if cfg.per_head else 1
         self.param = getattr(cfg.param, "value", cfg.param)
         b0, n0 = float(cfg.b_init), float(cfg.n_init)
-        beta, nu = {
-            "constrained": (math.log(b0), inverse_softplus(n0 - 1.0)),
-            "exp": (math.log(b0), math.log(n0)),
-            "raw": (b0, n0),
-        }[self.param]
+        if self.param == "constrained":
+            beta, nu = math.log(b0), inverse_softplus(n0 - 1.0)
+        elif self.param == "exp":
+            beta, nu = math.log(b0), math.log(n0)
+        else:
+            beta, nu = b0, n0
         param_or_buffer(self, "beta", torch.full((size,), beta), cfg.learn_b)
         param_or_buffer(self, "nu", torch.full((size,), nu), cfg.learn_n)
 
