@@ -1,0 +1,44 @@
+"""Shared pieces of the evaluations: reproducible prompts per cell, batched inference, statistics."""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import torch
+
+# Largest attention tensor (batch × heads × T × T elements) one forward pass may build in evaluation;
+# bigger batches are split (SSA and the maps materialise it: 2^27 float32 = 512 MiB).
+MAX_ATTENTION_ELEMENTS = 2**27
+
+
+def cell_generator(seed: int, *cell) -> torch.Generator:
+    """A CPU generator seeded from the evaluation seed and the cell's values (not its position in a
+    list), so a cell gets the same prompts on any device, for any model and in any grid holding it."""
+    g = torch.Generator()
+    g.manual_seed(zlib.crc32(repr((int(seed), *map(float, cell))).encode()))
+    return g
+
+
+def sample_batches(task, g, n_batches, batch_size, length, device, **dists):
+    """Prompts drawn on the CPU (reproducible across devices), then moved to the model's device."""
+    for _ in range(n_batches):
+        yield task.sample(batch_size, length, g, "cpu", **dists).to(device)
+
+
+def stat(per_prompt: torch.Tensor) -> dict:
+    """Mean and 95% normal interval of a [N] tensor of per-prompt values."""
+    v = per_prompt.double().cpu()
+    mean = v.mean().item()
+    half = 1.96 * v.std().item() / math.sqrt(len(v)) if len(v) > 1 else float("nan")
+    return {"value": mean, "n_samples": len(v), "ci_low": mean - half, "ci_high": mean + half}
+
+
+@torch.inference_mode()
+def predict(model, batch) -> torch.Tensor:
+    """Predictions [B, P] at the batch's prediction positions, in chunks that bound attention memory."""
+    bsz, t = batch.tokens.shape[:2]
+    heads = max((b.attn.n_head for b in model.blocks if b.attn is not None), default=1)
+    chunk = max(1, MAX_ATTENTION_ELEMENTS // (heads * t * t))
+    outs = [model(batch.tokens[i : i + chunk])[:, batch.pred_idx] for i in range(0, bsz, chunk)]
+    return torch.cat(outs).float()
