@@ -17,6 +17,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from ssa_repro.evaluation import EVALUATORS, EvalConfig
 from ssa_repro.scorers import SCORERS
 from ssa_repro.tasks import TASKS
 
@@ -102,11 +103,23 @@ class RootConfig:
     device: Device = Device.auto
 
 
+@dataclass
+class EvaluateRootConfig:
+    """``python evaluate.py run_dir=... eval=...`` (conf/evaluate.yaml)."""
+
+    run_dir: str = MISSING
+    eval: Any = MISSING
+    device: Device = Device.auto
+    wandb: bool = True  # also log tables and figures to the run's W&B run, when it had one
+
+
 def register_configs() -> None:
     """Store every schema; idempotent, called on import."""
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=RootConfig)
-    for group, registry in (("task", TASKS), ("scorer", SCORERS)):
+    cs.store(name="evaluate_schema", node=EvaluateRootConfig)
+    cs.store(group="schema/eval", name="default", node=EvalConfig)
+    for group, registry in (("task", TASKS), ("scorer", SCORERS), ("eval", EVALUATORS)):
         for name, schema in registry.schemas.items():
             cs.store(group=f"schema/{group}", name=name, node=schema)
     cs.store(group="schema/model", name="base", node=ModelConfig)

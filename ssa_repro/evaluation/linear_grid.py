@@ -9,11 +9,21 @@ exactly the same prompts. Also returns the in-distribution MSE by number of in-c
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from ssa_repro.distributions import normal
+from ssa_repro.evaluation import plots
 from ssa_repro.evaluation.baselines import BASELINES
 from ssa_repro.evaluation.common import cell_generator, predict, sample_batches, stat
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
+
+log = logging.getLogger("ssa_repro.evaluate")
 
 
 def _errors(model, task, batch, baselines, skip_first) -> dict[str, torch.Tensor]:
@@ -81,3 +91,92 @@ def linear_grid(
                 {**base, "predictor": name, "position": p + 1, "metric": "mse", **stat(err[:, p])}
             )
     return rows, pos_rows, {"metric": "mse", "in_distribution": in_dist, "n_points": n_points}
+
+
+@dataclass
+class LinearGridConfig(EvalConfig):
+    """The paper's protocol: σ 1..10 for functions and inputs, 100 functions per cell, fixed seed."""
+
+    name: str = "linear_grid"
+    sigmas_f: list[float] = field(default_factory=lambda: [float(s) for s in range(1, 11)])
+    sigmas_x: list[float] = field(default_factory=lambda: [float(s) for s in range(1, 11)])
+    n_points: int | None = None  # examples per prompt; null = the run's curriculum.end
+    n_functions: int = 100
+    batch_size: int = 100
+    skip_first: int = 3
+    seed: int = 1234
+    baselines: list[str] = field(default_factory=lambda: ["least_squares", "averaging", "knn3", "zero"])
+
+
+@EVALUATORS.register("linear_grid", schema=LinearGridConfig)
+class LinearGrid:
+    @staticmethod
+    def check(run_cfg, cfg) -> list[str]:
+        out = (
+            []
+            if run_cfg.task.name == "linear"
+            else [f"eval=linear_grid needs a linear run, not {run_cfg.task.name}"]
+        )
+        n = cfg.n_points or run_cfg.curriculum.end
+        if 2 * n > run_cfg.model.max_positions:
+            out.append(
+                f"eval.n_points={n} needs {2 * n} tokens, more than model.max_positions={run_cfg.model.max_positions}"
+            )
+        if not 0 <= cfg.skip_first < n:
+            out.append(f"eval.skip_first={cfg.skip_first} must be in [0, {n})")
+        bad = [b for b in cfg.baselines if b not in BASELINES]
+        if bad:
+            out.append(f"eval.baselines has {bad}; allowed: {', '.join(BASELINES)}")
+        if not cfg.sigmas_f or not cfg.sigmas_x or min([*cfg.sigmas_f, *cfg.sigmas_x]) <= 0:
+            out.append("eval.sigmas_f and eval.sigmas_x must be non-empty lists of values > 0")
+        if cfg.n_functions < 1 or cfg.batch_size < 1:
+            out.append("eval.n_functions and eval.batch_size must be >= 1")
+        return out
+
+    @staticmethod
+    def run(run, cfg, out_dir: Path):
+        n = cfg.n_points or run.cfg.curriculum.end
+        cells = len(cfg.sigmas_f) * len(cfg.sigmas_x)
+        log.info(
+            "linear_grid: %d cells × %d prompts of %d examples, on %s", cells, cfg.n_functions, n, run.device
+        )
+        with tqdm(total=cells, desc="linear_grid", disable=None) as bar:
+            rows, pos_rows, summary = linear_grid(
+                run.model,
+                run.task,
+                sigmas_f=cfg.sigmas_f,
+                sigmas_x=cfg.sigmas_x,
+                n_points=n,
+                n_functions=cfg.n_functions,
+                batch_size=cfg.batch_size,
+                skip_first=cfg.skip_first,
+                seed=cfg.seed,
+                device=run.device,
+                baselines=list(cfg.baselines),
+                base=run.labels,
+                progress=bar,
+            )
+        grid, by_pos = pd.DataFrame(rows), pd.DataFrame(pos_rows)
+        mine = grid[grid.predictor == "model"]
+        figs = plots.heatmap(
+            mine,
+            "sigma_f",
+            "sigma_x",
+            f"{run.title}\nMSE, a, b ~ N(0, σ_F), x ~ N(0, σ_I)",
+            out_dir / "mse_grid",
+            log=True,
+            xlabel="σ_I (std of inputs x)",
+            ylabel="σ_F (std of a and b)",
+        )
+        figs.append(
+            plots.curves(
+                by_pos,
+                "position",
+                "predictor",
+                f"{run.title}\nin distribution",
+                out_dir / "mse_by_position",
+                logy=True,
+                xlabel="prediction index (examples seen + 1)",
+            )
+        )
+        return {"results": grid, "by_position": by_pos}, {**summary, "figures": [p.name for p in figs]}

@@ -15,11 +15,20 @@ from matplotlib.colors import LogNorm  # noqa: E402
 
 
 def heatmap(
-    frame: pd.DataFrame, rows: str, cols: str, title: str, path: Path, log: bool = False
+    frame: pd.DataFrame,
+    rows: str,
+    cols: str,
+    title: str,
+    path: Path,
+    log: bool = False,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
 ) -> list[Path]:
-    """A value heat map of ``frame`` (columns rows, cols, value); writes PNG and PDF, returns paths."""
+    """An annotated heat map of ``frame`` (columns rows, cols, value, metric), largest row value on top;
+    a log colour scale for errors spanning decades. Writes PNG and PDF, returns their paths."""
     table = frame.pivot_table(index=rows, columns=cols, values="value").sort_index(ascending=False)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.9 * table.shape[1], 0.8 + 0.6 * table.shape[0]))
+    n_rows, n_cols = table.shape
+    fig, ax = plt.subplots(figsize=(1.6 + 0.75 * n_cols, 1.2 + 0.45 * n_rows))
     norm = None
     if log:
         positive = table.values[table.values > 0]
@@ -28,13 +37,16 @@ def heatmap(
     sns.heatmap(
         table.clip(lower=norm.vmin) if log else table,
         annot=True,
-        fmt=".3g",
+        fmt=".2g" if n_cols > 12 else ".3g",
+        annot_kws={"fontsize": 6 if n_rows * n_cols > 150 else 8},
         cmap="viridis",
         norm=norm,
         ax=ax,
         cbar_kws={"label": frame["metric"].iloc[0]},
     )
     ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel or cols)
+    ax.set_ylabel(ylabel or rows)
     fig.tight_layout()
     out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
     for p in out:
@@ -43,13 +55,22 @@ def heatmap(
     return out
 
 
-def curves(frame: pd.DataFrame, x: str, hue: str, title: str, path: Path, logy: bool = False) -> Path:
-    fig, ax = plt.subplots(figsize=(5, 3.2))
+def curves(
+    frame: pd.DataFrame,
+    x: str,
+    hue: str,
+    title: str,
+    path: Path,
+    logy: bool = False,
+    xlabel: str | None = None,
+) -> Path:
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
     sns.lineplot(data=frame, x=x, y="value", hue=hue, marker="o", ax=ax)
     if logy:
         ax.set_yscale("symlog", linthresh=1e-4)  # exact zeros (least squares) stay on the plot
         ax.set_ylim(bottom=0)
     ax.set_ylabel(frame["metric"].iloc[0])
+    ax.set_xlabel(xlabel or x)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     out = path.with_suffix(".png")

@@ -11,10 +11,20 @@ and only magnitudes change — what the public code did, and so what the paper's
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from ssa_repro.distributions import normal
+from ssa_repro.evaluation import plots
 from ssa_repro.evaluation.common import cell_generator, predict, sample_batches, stat
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
+
+log = logging.getLogger("ssa_repro.evaluate")
 
 
 def sequence_and_token_error(task, batch, pred, skip_first: int):
@@ -78,3 +88,99 @@ def _scaled(task, batch, sigma: float):
     stride = 2 if task.cfg.labels_in_context else 1
     tokens[:, 0::stride] *= sigma
     return type(batch)(tokens=tokens, targets=batch.targets, pred_idx=batch.pred_idx, xs=batch.xs * sigma)
+
+
+@dataclass
+class QuantifierGridConfig(EvalConfig):
+    """The paper's protocol: lengths 10..200 step 10 × σ 1..29, 100 samples of 64 prompts per cell."""
+
+    name: str = "quantifier_grid"
+    sigmas: list[float] = field(default_factory=lambda: [float(s) for s in range(1, 30)])
+    lengths: list[int] = field(default_factory=lambda: list(range(10, 201, 10)))
+    n_samples: int = 100
+    batch_size: int = 64
+    skip_first: int = 3
+    seed: int = 1234
+    reuse_draws: bool = False  # true: the public code's (and so the paper figure's) same draws for every σ
+
+
+@EVALUATORS.register("quantifier_grid", schema=QuantifierGridConfig)
+class QuantifierGrid:
+    @staticmethod
+    def check(run_cfg, cfg) -> list[str]:
+        out = (
+            []
+            if run_cfg.task.name in ("every", "some")
+            else [f"eval=quantifier_grid needs an every/some run, not {run_cfg.task.name}"]
+        )
+        per = 2 if run_cfg.task.get("labels_in_context", True) else 1
+        too_long = [n for n in cfg.lengths if per * n > run_cfg.model.max_positions]
+        if too_long:
+            out.append(
+                f"eval.lengths {too_long} need up to {per * max(too_long)} tokens, more than "
+                f"model.max_positions={run_cfg.model.max_positions}"
+            )
+        if not cfg.lengths or min(cfg.lengths) < 1:
+            out.append("eval.lengths must be a non-empty list of values >= 1")
+        if not cfg.sigmas or min(cfg.sigmas) <= 0:
+            out.append("eval.sigmas must be a non-empty list of values > 0")
+        if cfg.n_samples < 1 or cfg.batch_size < 1 or cfg.skip_first < 0:
+            out.append("eval.n_samples and eval.batch_size must be >= 1, eval.skip_first >= 0")
+        return out
+
+    @staticmethod
+    def run(run, cfg, out_dir: Path):
+        cells = len(cfg.sigmas) * len(cfg.lengths)
+        prompts = cfg.n_samples * cfg.batch_size
+        log.info(
+            "quantifier_grid: %d cells × %d prompts = %s prompts of up to %d numbers, on %s",
+            cells,
+            prompts,
+            f"{cells * prompts:,}",
+            max(cfg.lengths),
+            run.device,
+        )
+        with tqdm(total=cells, desc="quantifier_grid", disable=None) as bar:
+            rows = quantifier_grid(
+                run.model,
+                run.task,
+                sigmas=cfg.sigmas,
+                lengths=cfg.lengths,
+                n_samples=cfg.n_samples,
+                batch_size=cfg.batch_size,
+                skip_first=cfg.skip_first,
+                seed=cfg.seed,
+                device=run.device,
+                reuse_draws=cfg.reuse_draws,
+                base=run.labels,
+                progress=bar,
+            )
+        grid = pd.DataFrame(rows)
+        draws = "same draws scaled per σ" if cfg.reuse_draws else "fresh draws per σ"
+        figs = plots.heatmap(
+            grid[grid.metric == "sequence_error"],
+            "sigma_x",
+            "length",
+            f"{run.title}\nsequence error, x ~ N(0, σ), {draws}",
+            out_dir / "error_grid",
+            xlabel="prompt length (numbers)",
+            ylabel="σ (std of test inputs)",
+        )
+        in_dist = grid[(grid.metric == "sequence_error") & (grid.sigma_x == min(cfg.sigmas))]
+        figs.append(
+            plots.curves(
+                grid[grid.metric == "token_error"],
+                "length",
+                "sigma_x",
+                f"{run.title}\ntoken error by length",
+                out_dir / "token_error_by_length",
+                xlabel="prompt length (numbers)",
+            )
+        )
+        summary = {
+            "metric": "sequence_error",
+            "mean_error": grid[grid.metric == "sequence_error"]["value"].mean(),
+            "error_at_smallest_sigma": dict(zip(in_dist["length"].tolist(), in_dist["value"].tolist())),
+            "figures": [p.name for p in figs],
+        }
+        return {"results": grid}, summary

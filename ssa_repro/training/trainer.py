@@ -73,7 +73,7 @@ def _flatten(d, prefix: str = "") -> dict:
     return out
 
 
-def _mismatches(saved: dict, current: dict) -> list[str]:
+def config_mismatches(saved: dict, current: dict) -> list[str]:
     """Differences in the keys that must match to resume, one line per leaf key."""
     a, b = _flatten(saved), _flatten(current)
     keys = sorted(k for k in a.keys() | b.keys() if any(k == r or k.startswith(r + ".") for r in RESUME_KEYS))
@@ -114,7 +114,7 @@ def preflight(cfg: DictConfig, run_dir: str | Path) -> dict | None:
             "train.resume=true to continue it, or another hydra.run.dir for a new run"
         )
     state = checkpoint.load(ckpt_path)
-    bad = _mismatches(state["config"], plain(cfg))
+    bad = config_mismatches(state["config"], plain(cfg))
     here, there = resolve_device(cfg.device).type, state.get("device_type", "cpu")
     if here != there:  # the prompt generator's state is specific to the device type
         bad.append(
