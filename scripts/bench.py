@@ -25,7 +25,7 @@ from ssa_repro.tasks import build_task
 from ssa_repro.tasks.linear import LinearTaskConfig
 
 SIZES = {
-    "small": dict(name="gpt2", n_layer=4, n_head=4, n_embd=64, max_positions=256, mlp_ratio=4),
+    "small": dict(name="gpt2", n_layer=4, n_head=4, n_embd=64, max_positions=512, mlp_ratio=4),
     "paper": dict(name="gpt2", n_layer=12, n_head=8, n_embd=256, max_positions=512, mlp_ratio=4),
 }
 

@@ -41,7 +41,7 @@ class ModelConfig:
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 64
-    max_positions: int = 256  # tokens, not examples: an interleaved (x, y) example is 2 tokens
+    max_positions: int = 512  # tokens, not examples: an interleaved (x, y) example is 2 tokens
     mlp_ratio: int = 4
 
 

@@ -107,6 +107,42 @@ def test_quantifier_grid_errors_are_exact_for_known_predictions(labels_in_contex
         assert (perfect["value"] == 0).all()
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["task.labels_in_context=true"],
+        ["task.labels_in_context=false", "task.supervise=last", "task.balance=false"],
+    ],
+)
+def test_nested_lengths_equal_separate_prompts(overrides):
+    """Scoring length L on the first L numbers of longer prompts is exact: same predictions as the
+    L-number prompts themselves (causal model), hence the same grid values on the same numbers."""
+    cfg = make_cfg("task=every", "model.n_layer=2", *overrides)
+    task = build_task(cfg.task)
+    torch.manual_seed(0)
+    from ssa_repro.models import build_model
+
+    model = build_model(cfg.model, cfg.scorer).eval()
+    from ssa_repro.evaluation.common import predict
+    from ssa_repro.evaluation.quantifier_grid import _all_positions
+
+    long = next(sample_batches(task, cell_generator(1, 1.0, 12), 1, 8, 12, CPU))
+    pred_all, labels_all = _all_positions(model, task, long)
+    for n in (4, 7, 12):
+        stride = 2 if cfg.task.labels_in_context else 1
+        short = type(long)(
+            tokens=long.tokens[:, : stride * n],
+            targets=None,
+            xs=long.xs[:, :n],
+            pred_idx=torch.arange(0, stride * n, stride),
+        )
+        torch.testing.assert_close(predict(model, short), pred_all[:, :n], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(task.labels(short.xs), labels_all[:, :n])
+    kw = dict(sigmas=[1.0, 3.0], lengths=[5, 12], n_samples=2, batch_size=8, skip_first=2, seed=4, device=CPU)
+    nested = pd.DataFrame(quantifier_grid(model, task, nested=True, **kw))
+    assert len(nested) == 2 * 2 * 2 and nested["value"].between(0, 1).all()
+
+
 def test_reuse_draws_scales_the_same_prompts():
     task = build_task(make_cfg("task=some").task)
     g1, g2 = cell_generator(3, 0.0, 5), cell_generator(3, 0.0, 5)
