@@ -1,1 +1,560 @@
-"""(being written)"""
+"""Deviant prompts: in-distribution numbers plus k values of magnitude M (the paper's figure 2).
+
+A cell (M, k) holds ``n_samples`` × ``batch_size`` prompts of ``length`` examples drawn with the task's
+own sampler and training distributions (prompts fresh per cell, from a seed derived from (seed, M, k,
+length, sign)). In each prompt k distinct example positions, chosen uniformly, get their input x
+*replaced* by ±M (``sign``: positive, negative or random per value), so the prompt keeps its length.
+The answers are then recomputed from the modified inputs, and the tokens rebuilt with them (with
+labels in context the y tokens change too): quantifiers relabel from the new xs; for linear prompts
+each prompt's own (a, b) is recovered by least squares in float64 from its untouched (x, y) pairs, and
+y = a·M + b is written at the modified positions only (untouched pairs are kept bit for bit).
+
+Metrics per cell (long form, one row per metric):
+  quantifiers  ``sequence_error`` (any wrong sign from ``skip_first`` on), ``token_error``, and
+               ``follows_largest``: over the predictions strictly after the first inserted position,
+               the share whose sign equals the model's prediction sign at the largest inserted element
+               (largest value, earliest on ties), read at every x token even with ``supervise=last``.
+               The same share computed on the true labels (``predictor=labels``) is what a perfect model
+               scores: the finding is a model near 1 where the labels are not. Read it beside
+               ``error_at_inserted`` (with ``supervise=all``): the sign error of the predictions at the
+               inserted positions themselves, whatever ``skip_first`` (a model can follow its own wrong
+               answer at the deviant value).
+  linear       ``mse`` from ``skip_first`` on; ``mse_untouched``: the same without the inserted
+               positions (the damage the deviant values do to the other predictions); ``mse_inserted``:
+               at the inserted positions only (whatever ``skip_first``; boundary values show here).
+  attention    in the last attention layer, for the queries at x tokens strictly after the first
+               inserted position: the weight put on the inserted x tokens (``attention_on_inserted``
+               averaged over heads, ``attention_on_inserted_max_head`` the largest head), and the share
+               uniform attention would give them, #inserted visible / #visible (``uniform_share``).
+Each value is a mean over prompts with a 95% interval (prompts where nothing follows the first inserted
+position have no value for the query-based metrics and are left out of their ``n_samples``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from matplotlib.colors import PowerNorm
+from tqdm.auto import tqdm
+
+from ssa_repro.evaluation import plots
+from ssa_repro.evaluation.common import MAX_ATTENTION_ELEMENTS, cell_generator, stat
+from ssa_repro.evaluation.quantifier_grid import sequence_and_token_error
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
+from ssa_repro.tasks.base import Batch, interleave
+from ssa_repro.tasks.linear import LinearTask
+from ssa_repro.tasks.quantifier import Quantifier
+
+log = logging.getLogger("ssa_repro.evaluate")
+
+SUPPORTED = ("every", "some", "linear")
+
+
+class Sign(str, Enum):
+    positive = "positive"
+    negative = "negative"
+    random = "random"
+
+
+def _value(v) -> str:
+    return v.value if isinstance(v, Enum) else str(v)
+
+
+# ------------------------------------------------------------------ prompts
+def stride(task) -> int:
+    """Tokens per example: 2 when the answers are in the context (linear, labels_in_context)."""
+    return 1 if isinstance(task, Quantifier) and not task.cfg.labels_in_context else 2
+
+
+def tokens_per_example(run_cfg) -> int:
+    """The same, from a run's config alone."""
+    return 2 if run_cfg.task.name == "linear" or run_cfg.task.get("labels_in_context", True) else 1
+
+
+def make_batch(task, xs: torch.Tensor, ys: torch.Tensor | None = None) -> Batch:
+    """A batch with example inputs ``xs`` [B, n], built as the task builds its prompts. Quantifiers
+    compute their labels from ``xs``; linear prompts need their answers ``ys`` [B, n]."""
+    n = xs.shape[1]
+    if isinstance(task, Quantifier):
+        ys = task.labels(xs)
+        tokens = interleave(xs, ys) if task.cfg.labels_in_context else xs.unsqueeze(-1)
+        pred_idx = torch.arange(0, stride(task) * n, stride(task), device=xs.device)
+        if task.supervise_last:
+            pred_idx, ys = pred_idx[-1:], ys[:, -1:]
+        return Batch(tokens=tokens, targets=ys, pred_idx=pred_idx, xs=xs)
+    if isinstance(task, LinearTask):
+        if ys is None:
+            raise ValueError("linear prompts need their answers ys")
+        pred_idx = torch.arange(0, 2 * n, 2, device=xs.device)
+        return Batch(tokens=interleave(xs, ys), targets=ys, pred_idx=pred_idx, xs=xs)
+    raise ValueError(f"deviant prompts support tasks {', '.join(SUPPORTED)}, not {type(task).__name__}")
+
+
+def answers(batch: Batch) -> torch.Tensor:
+    """[B, n] the answer of every example (the y tokens; linear and labels in context only)."""
+    return batch.tokens[:, 1::2, 0]
+
+
+def line_params(xs: torch.Tensor, ys: torch.Tensor, keep: torch.Tensor):
+    """Each prompt's (a, b) [B, 1] in float64, by least squares on the examples where ``keep`` [B, n]
+    (exact for y = a·x + b up to the float32 rounding of the prompt; needs two distinct kept xs)."""
+    x, y, w = xs.double(), ys.double(), keep.double()
+    cnt = w.sum(1, keepdim=True)
+    mx, my = (w * x).sum(1, keepdim=True) / cnt, (w * y).sum(1, keepdim=True) / cnt
+    a = (w * (x - mx) * (y - my)).sum(1, keepdim=True) / (w * (x - mx).square()).sum(1, keepdim=True)
+    return a, my - a * mx
+
+
+def draw_insertions(g: torch.Generator, bsz: int, n: int, k: int, magnitude: float, sign) -> tuple:
+    """Positions [B, k] (distinct example indices, uniform) and values [B, k] (±magnitude)."""
+    positions = torch.rand(bsz, n, generator=g).argsort(dim=1)[:, :k]
+    sign = _value(sign)
+    if sign == "random":
+        signs = torch.where(torch.rand(bsz, k, generator=g) < 0.5, -1.0, 1.0)
+    else:
+        signs = torch.full((bsz, k), -1.0 if sign == "negative" else 1.0)
+    return positions, signs * float(magnitude)
+
+
+def insert(task, batch: Batch, positions: torch.Tensor, values: torch.Tensor) -> Batch:
+    """The batch with x at ``positions`` [B, k] replaced by ``values`` [B, k], answers recomputed."""
+    xs = batch.xs.clone()
+    xs.scatter_(1, positions, values.to(xs.dtype))
+    if isinstance(task, Quantifier):
+        return make_batch(task, xs)
+    keep = torch.ones_like(xs, dtype=torch.bool).scatter_(1, positions, False)
+    ys = answers(batch)
+    a, b = line_params(batch.xs, ys, keep)
+    new = (a * xs.double() + b).to(ys.dtype)
+    return make_batch(task, xs, torch.where(keep, ys, new))
+
+
+def largest_inserted(positions: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """[B] the example index of the largest inserted value (the earliest among equal ones)."""
+    big = values == values.amax(1, keepdim=True)
+    masked = torch.where(big, positions, torch.iinfo(positions.dtype).max)
+    return masked.amin(1)
+
+
+# ------------------------------------------------------------------ metrics
+def follows_largest(signs: torch.Tensor, positions: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """[B] share of the signs at example indices strictly after the first inserted position that equal
+    the sign at the largest inserted element; NaN where no index follows. ``signs`` [B, n] (±1 or bool)."""
+    n = signs.shape[1]
+    ref = signs.gather(1, largest_inserted(positions, values)[:, None])  # [B, 1]
+    after = torch.arange(n, device=signs.device)[None, :] > positions.amin(1, keepdim=True)
+    same = (signs == ref) & after
+    return same.sum(1).double() / after.sum(1).double()  # 0/0 = NaN
+
+
+def inserted_share(w: torch.Tensor, inserted: torch.Tensor, queries: torch.Tensor) -> dict:
+    """Attention on inserted keys, per prompt: ``w`` [B, H, T, T] one layer's weights, ``inserted`` [B, T]
+    the inserted tokens (keys), ``queries`` [B, T] the query rows to average. Returns [B] tensors
+    (NaN where no query counts): heads averaged, the largest head, and the uniform share."""
+    ins = inserted.to(w.dtype)
+    share = (w * ins[:, None, None, :]).sum(-1)  # [B, H, T]
+    t = w.shape[-1]
+    uniform = ins.cumsum(1) / torch.arange(1, t + 1, device=w.device, dtype=w.dtype)  # causal
+    q = queries.to(w.dtype)
+
+    def avg(v):  # [B, T] -> [B], over the counted queries
+        return (v * q).sum(1).double() / q.sum(1).double()
+
+    return {
+        "attention_on_inserted": avg(share.mean(1)),
+        "attention_on_inserted_max_head": avg(share.amax(1)),
+        "uniform_share": avg(uniform.expand_as(q)),
+    }
+
+
+def attention_chunk(model, t: int) -> int:
+    """Prompts per forward pass with ``need_weights`` (all layers' maps are kept at once)."""
+    attn = [b.attn for b in model.blocks if b.attn is not None]
+    heads = max((a.n_head for a in attn), default=1)
+    return max(1, MAX_ATTENTION_ELEMENTS // (heads * t * t * max(1, len(attn))))
+
+
+@torch.inference_mode()
+def outputs_and_last_map(model, tokens: torch.Tensor, fn):
+    """Runs ``model(tokens, need_weights=True)`` in chunks; ``fn(chunk_slice, out, last_map)`` per chunk.
+    Returns the outputs [B, T] (float)."""
+    bsz, t = tokens.shape[:2]
+    chunk = attention_chunk(model, t)
+    outs = []
+    for i in range(0, bsz, chunk):
+        out, maps = model(tokens[i : i + chunk], need_weights=True)
+        if maps:
+            fn(slice(i, i + chunk), out, maps[-1].float())
+        outs.append(out.float())
+    return torch.cat(outs)
+
+
+def deviant_cell(model, task, batch: Batch, positions, values, skip_first: int) -> dict[str, torch.Tensor]:
+    """Per-prompt metrics [B] of one deviant batch (on the model's device)."""
+    s = stride(task)
+    bsz, n = batch.xs.shape
+    t = batch.tokens.shape[1]
+    x_tok = torch.arange(0, s * n, s, device=batch.tokens.device)
+    inserted = torch.zeros(bsz, t, dtype=torch.bool, device=batch.tokens.device)
+    inserted.scatter_(1, positions * s, True)
+    after = torch.arange(n, device=x_tok.device)[None, :] > positions.amin(1, keepdim=True)  # [B, n]
+    queries = torch.zeros_like(inserted)
+    queries[:, x_tok] = after
+    attn: dict[str, list] = {}
+
+    def on_chunk(sl, out, w):
+        for key, v in inserted_share(w, inserted[sl], queries[sl]).items():
+            attn.setdefault(key, []).append(v)
+
+    out = outputs_and_last_map(model, batch.tokens, on_chunk)  # [B, T]
+    pred = out[:, batch.pred_idx]
+    res: dict[str, torch.Tensor] = {}
+    if isinstance(task, Quantifier):
+        res["sequence_error"], res["token_error"] = sequence_and_token_error(task, batch, pred, skip_first)
+        res["follows_largest"] = follows_largest(out[:, x_tok] > 0, positions, values)
+        labels = task.labels(batch.xs)
+        res["labels:follows_largest"] = follows_largest(labels > 0, positions, values)
+        if not task.supervise_last:  # the model was trained to answer at every x token
+            wrong = (out[:, x_tok] > 0) != (labels > 0)  # [B, n]
+            res["error_at_inserted"] = wrong.gather(1, positions).double().mean(1)
+    else:
+        err = task.error(pred, batch.targets)  # [B, n]
+        res["mse"] = err[:, skip_first:].mean(1)
+        untouched = torch.ones_like(err, dtype=torch.bool).scatter_(1, positions, False)
+        res["mse_inserted"] = err.gather(1, positions).mean(1)
+        untouched[:, :skip_first] = False
+        res["mse_untouched"] = (err * untouched).sum(1) / untouched.sum(1).clamp_min(1)
+    for key, v in attn.items():
+        res[key] = torch.cat(v)
+    return res
+
+
+def deviant_grid(
+    model,
+    task,
+    *,
+    magnitudes,
+    counts,
+    sign,
+    length,
+    n_samples,
+    batch_size,
+    skip_first,
+    seed,
+    device,
+    base=None,
+    progress=None,
+):
+    """Rows (dicts) of the M × k grid."""
+    base = base or {}
+    sign_code = list(Sign).index(Sign(_value(sign)))
+    rows = []
+    for k in counts:
+        for m in magnitudes:
+            g = cell_generator(seed, m, k, length, sign_code)
+            per: dict[str, list] = {}
+            for _ in range(n_samples):
+                clean = task.sample(batch_size, length, g, "cpu")
+                positions, values = draw_insertions(g, batch_size, length, k, m, sign)
+                batch = insert(task, clean, positions, values).to(device)
+                res = deviant_cell(model, task, batch, positions.to(device), values.to(device), skip_first)
+                for key, v in res.items():
+                    per.setdefault(key, []).append(v)
+            for key, v in per.items():
+                predictor, metric = key.split(":") if ":" in key else ("model", key)
+                v = torch.cat(v)
+                v = v[~torch.isnan(v)]
+                if not len(v):
+                    continue
+                rows.append(
+                    {
+                        **base,
+                        "predictor": predictor,
+                        "M": float(m),
+                        "k": int(k),
+                        "length": int(length),
+                        "metric": metric,
+                        **stat(v),
+                    }
+                )
+            if progress is not None:
+                progress.update(1)
+    return rows
+
+
+# ------------------------------------------------------------------ figures
+def token_labels(task, batch: Batch, i: int = 0) -> list[str]:
+    """Short labels of prompt ``i``'s tokens: x values, and labels (+/-) or y values."""
+    vals = batch.tokens[i, :, 0].tolist()
+    s = stride(task)
+    out = []
+    for j, v in enumerate(vals):
+        if s == 2 and j % 2 == 1:
+            out.append(("y+" if v > 0 else "y−") if isinstance(task, Quantifier) else f"y {v:.3g}")
+        else:
+            out.append(f"{v:.3g}")
+    return out
+
+
+def draw_map(ax, w: np.ndarray, labels: list[str] | None, marks=(), vmax: float = 1.0, fontsize: float = 6):
+    """One [T, T] attention map (query rows, key columns) with token labels and marked key columns."""
+    t = w.shape[0]
+    # square-root colour scale: weights near 1/T stay visible beside a collapsed row's weight near 1
+    im = ax.imshow(w, cmap="viridis", norm=PowerNorm(0.5, vmin=0.0, vmax=vmax), interpolation="nearest")
+    if labels is not None:
+        ax.set_xticks(range(t), labels, rotation=90, fontsize=fontsize)
+        ax.set_yticks(range(t), labels, fontsize=fontsize)
+    for j in marks:
+        ax.add_patch(
+            plots.plt.Rectangle((j - 0.5, j - 0.5), 1, t - j, fill=False, edgecolor="red", linewidth=1.2)
+        )
+        if labels is not None:
+            ax.get_xticklabels()[j].set_color("red")
+            ax.get_yticklabels()[j].set_color("red")
+    return im
+
+
+def example_figure(run, task, clean: Batch, dev: Batch, inserted_tok: list[int], title: str, path: Path):
+    """The last attention layer (heads averaged) on one prompt, before and after the insertion."""
+    plt = plots.plt
+    maps = []
+    with torch.inference_mode():
+        for b in (clean, dev):
+            _, m = run.model(b.tokens[:1].to(run.device), need_weights=True)
+            maps.append(m[-1][0].float().mean(0).cpu().numpy())
+    t = maps[0].shape[0]
+    size = min(12.0, max(5.0, 0.16 * t))
+    fig, axes = plt.subplots(1, 2, figsize=(2 * size + 1.2, size + 0.9), constrained_layout=True)
+    fs = 7 if t <= 30 else 5.5
+    for ax, w, b, sub, marks in (
+        (axes[0], maps[0], clean, "in distribution", ()),
+        (axes[1], maps[1], dev, "with the inserted value(s) (red)", inserted_tok),
+    ):
+        im = draw_map(ax, w, token_labels(task, b) if t <= 64 else None, marks, fontsize=fs)
+        ax.set_title(sub, fontsize=10)
+        ax.set_xlabel("key token (attended to)")
+        ax.set_ylabel("query token")
+    fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight (last layer, heads averaged; sqrt scale)")
+    fig.suptitle(title, fontsize=10)
+    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
+    for p in out:
+        fig.savefig(p, dpi=150)
+    plt.close(fig)
+    return out
+
+
+def share_figure(frame: pd.DataFrame, title: str, path: Path) -> list[Path]:
+    """Attention share on inserted tokens vs M, one colour per k; uniform share dashed."""
+    plt = plots.plt
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, constrained_layout=True)
+    ks = sorted(frame["k"].unique())
+    colours = plots.sns.color_palette("viridis", len(ks)) if len(ks) > 1 else ["C0"]
+    for ax, metric, sub in (
+        (axes[0], "attention_on_inserted", "heads averaged"),
+        (axes[1], "attention_on_inserted_max_head", "most-attending head"),
+    ):
+        for k, c in zip(ks, colours):
+            d = frame[(frame.k == k) & (frame.metric == metric)].sort_values("M")
+            u = frame[(frame.k == k) & (frame.metric == "uniform_share")].sort_values("M")
+            ax.plot(d.M, d.value, marker="o", color=c, label=f"k = {k}")
+            ax.fill_between(d.M, d.ci_low, d.ci_high, color=c, alpha=0.2, linewidth=0)
+            ax.plot(u.M, u.value, linestyle="--", color=c, label=f"k = {k}, uniform share")
+        ax.set_xscale("log")
+        ax.set_xlabel("magnitude M of the inserted values (log scale)")
+        ax.set_title(sub, fontsize=9)
+        ax.grid(alpha=0.3)
+    top = frame[frame.metric.str.startswith(("attention_on", "uniform"))].ci_high.max()
+    axes[0].set_ylim(0, min(1.02, 1.15 * top + 0.02))  # one scale for both panels (sharey)
+    axes[0].set_ylabel("attention weight on inserted tokens\n(last layer, queries after the first one)")
+    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(title, fontsize=9)
+    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
+    for p in out:
+        fig.savefig(p, dpi=150)
+    plt.close(fig)
+    return out
+
+
+def follows_figure(frame: pd.DataFrame, title: str, path: Path) -> list[Path]:
+    """follows_largest vs M, one colour per k; the labels' own rate dashed."""
+    plt = plots.plt
+    fig, ax = plt.subplots(figsize=(6.5, 3.8), constrained_layout=True)
+    ks = sorted(frame["k"].unique())
+    colours = plots.sns.color_palette("viridis", len(ks)) if len(ks) > 1 else ["C0"]
+    for k, c in zip(ks, colours):
+        d = frame[(frame.k == k) & (frame.predictor == "model")].sort_values("M")
+        lab = frame[(frame.k == k) & (frame.predictor == "labels")].sort_values("M")
+        ax.plot(d.M, d.value, marker="o", color=c, label=f"k = {k}, model")
+        ax.fill_between(d.M, d.ci_low, d.ci_high, color=c, alpha=0.2, linewidth=0)
+        ax.plot(lab.M, lab.value, linestyle="--", color=c, label=f"k = {k}, true labels")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("magnitude M of the inserted values (log scale)")
+    ax.set_ylabel("share of later predictions with the\nsign predicted at the largest element")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=9)
+    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
+    for p in out:
+        fig.savefig(p, dpi=150)
+    plt.close(fig)
+    return out
+
+
+# ------------------------------------------------------------------ evaluator
+@dataclass
+class DeviantConfig(EvalConfig):
+    """k values of magnitude M put into in-distribution prompts, on an M × k grid."""
+
+    name: str = "deviant"
+    magnitudes: list[float] = field(default_factory=lambda: [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0])
+    counts: list[int] = field(default_factory=lambda: [1, 2, 4])  # k, inserted values per prompt
+    sign: Sign = Sign.positive  # of the inserted values: positive | negative | random (each ±1)
+    length: int | None = None  # examples per prompt; null = the run's curriculum.end
+    n_samples: int = 20  # batches per cell
+    batch_size: int = 64
+    skip_first: int = 3
+    seed: int = 1234
+
+
+@EVALUATORS.register("deviant", schema=DeviantConfig)
+class Deviant:
+    @staticmethod
+    def check(run_cfg, cfg) -> list[str]:
+        task = run_cfg.task.name
+        if task not in SUPPORTED:
+            return [f"eval=deviant needs a {'/'.join(SUPPORTED)} run, not {task}"]
+        out = []
+        n = cfg.length if cfg.length is not None else run_cfg.curriculum.end
+        per = tokens_per_example(run_cfg)
+        if n < 1:
+            out.append(f"eval.length={n} must be >= 1")
+        elif per * n > run_cfg.model.max_positions:
+            out.append(
+                f"eval.length={n} needs {per * n} tokens, more than model.max_positions={run_cfg.model.max_positions}"
+            )
+        if not 0 <= cfg.skip_first < max(n, 1):
+            out.append(f"eval.skip_first={cfg.skip_first} must be in [0, {n}) (eval.length={n})")
+        top = n - max(cfg.skip_first, 2 if task == "linear" else 1)
+        if not cfg.counts or min(cfg.counts) < 1 or max(cfg.counts) > top:
+            why = " and two untouched examples to recover a and b" if task == "linear" else ""
+            out.append(
+                f"eval.counts={list(cfg.counts)} must be a non-empty list of values in [1, {top}] "
+                f"(eval.length={n} minus eval.skip_first={cfg.skip_first}{why})"
+            )
+        if not cfg.magnitudes or min(cfg.magnitudes) <= 0:
+            out.append(f"eval.magnitudes={list(cfg.magnitudes)} must be a non-empty list of values > 0")
+        if _value(cfg.sign) not in Sign.__members__:
+            out.append(
+                f"eval.sign={_value(cfg.sign)!r} is not allowed; allowed: {', '.join(Sign.__members__)}"
+            )
+        if cfg.n_samples < 1:
+            out.append(f"eval.n_samples={cfg.n_samples} must be >= 1")
+        if cfg.batch_size < 1:
+            out.append(f"eval.batch_size={cfg.batch_size} must be >= 1")
+        return out
+
+    @staticmethod
+    def run(run, cfg, out_dir: Path):
+        n = cfg.length if cfg.length is not None else run.cfg.curriculum.end
+        cells = len(cfg.magnitudes) * len(cfg.counts)
+        log.info(
+            "deviant: %d cells × %d prompts of %d examples, sign %s, on %s",
+            cells,
+            cfg.n_samples * cfg.batch_size,
+            n,
+            _value(cfg.sign),
+            run.device,
+        )
+        with tqdm(total=cells, desc="deviant", disable=None) as bar:
+            rows = deviant_grid(
+                run.model,
+                run.task,
+                magnitudes=list(cfg.magnitudes),
+                counts=list(cfg.counts),
+                sign=cfg.sign,
+                length=n,
+                n_samples=cfg.n_samples,
+                batch_size=cfg.batch_size,
+                skip_first=cfg.skip_first,
+                seed=cfg.seed,
+                device=run.device,
+                base=run.labels,
+                progress=bar,
+            )
+        grid = pd.DataFrame(rows)
+        quant = isinstance(run.task, Quantifier)
+        main = "sequence_error" if quant else "mse"
+        mine = grid[grid.predictor == "model"]
+        sign = _value(cfg.sign)
+        figs = plots.heatmap(
+            mine[mine.metric == main],
+            "M",
+            "k",
+            f"{run.title}\n{main.replace('_', ' ')}, {n} examples with\nk inserted values ({sign}) of magnitude M",
+            out_dir / f"{main}_grid",
+            log=not quant,
+            xlabel="k (inserted values per prompt)",
+            ylabel="M (magnitude of the inserted values)",
+        )
+        have_attn = "attention_on_inserted" in set(mine.metric)
+        if have_attn:
+            figs += share_figure(
+                mine,
+                f"{run.title}\nlast-layer attention on the inserted tokens (solid) vs uniform share (dashed)",
+                out_dir / "attention_on_inserted",
+            )
+        if quant:
+            figs += follows_figure(
+                grid[grid.metric == "follows_largest"],
+                f"{run.title}\npredictions following the prediction at the largest inserted element",
+                out_dir / "follows_largest",
+            )
+        if have_attn:  # one example prompt of the cell (largest M, smallest k): before and after
+            m, k = max(cfg.magnitudes), min(cfg.counts)
+            g = cell_generator(cfg.seed, m, k, n, list(Sign).index(Sign(sign)))
+            clean = run.task.sample(cfg.batch_size, n, g, "cpu")
+            positions, values = draw_insertions(g, cfg.batch_size, n, k, m, cfg.sign)
+            dev = insert(run.task, clean, positions, values)
+            marks = sorted((positions[0] * stride(run.task)).tolist())
+            figs += example_figure(
+                run,
+                run.task,
+                clean,
+                dev,
+                marks,
+                f"{run.title}\nexample prompt: x at example(s) {sorted(positions[0].tolist())} (0-based) "
+                f"replaced by {', '.join(f'{v:g}' for v in values[0].tolist())}",
+                out_dir / "example_attention",
+            )
+
+        def table(metric, predictor="model"):
+            d = grid[(grid.metric == metric) & (grid.predictor == predictor)]
+            return {f"k={k}": dict(zip(g.M.tolist(), g.value.tolist())) for k, g in d.groupby("k")}
+
+        summary = {
+            "metric": main,
+            "length": n,
+            "sign": sign,
+            main: table(main),
+            "figures": [p.name for p in figs],
+        }
+        for metric in (
+            "follows_largest",
+            "error_at_inserted",
+            "attention_on_inserted",
+            "uniform_share",
+            "mse_untouched",
+            "mse_inserted",
+        ):
+            if metric in set(grid.metric):
+                summary[metric] = table(metric)
+        if quant:
+            summary["labels_follows_largest"] = table("follows_largest", "labels")
+        return {"results": grid}, summary
