@@ -17,7 +17,9 @@ from ssa_repro.tasks import TASKS
 from ssa_repro.validate import ConfigError, check, problems
 from tests.conftest import CONF, ROOT, make_cfg
 
-GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name not in ("local", "eval"))  # eval: evaluate.yaml
+GROUPS = sorted(
+    p.name for p in CONF.iterdir() if p.is_dir() and p.name not in ("local", "eval")
+)  # eval: evaluate.yaml
 OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONF / g).glob("*.yaml"))]
 
 
