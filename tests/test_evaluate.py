@@ -266,3 +266,16 @@ def test_a_new_checkpoint_invalidates_the_cache(linear_run):
     path.write_text(json.dumps(summary))
     assert evaluate(load_run(linear_run, CPU), cfg)["step"] == 6
     assert json.loads(path.read_text())["step"] == 6
+
+
+def test_progress_logs_every_tenth_off_a_terminal(caplog):
+    import logging
+
+    from ssa_repro.evaluation.common import Progress
+
+    with caplog.at_level(logging.INFO, logger="ssa_repro.evaluate"), Progress(20, "grid") as bar:
+        for _ in range(20):
+            bar.update(1)
+    lines = [r.getMessage() for r in caplog.records if "cells" in r.getMessage()]
+    assert len(lines) == 10 and lines[0].startswith("grid: 2/20 cells (10%)")
+    assert "20/20 cells (100%)" in lines[-1] and "left" in lines[-1]

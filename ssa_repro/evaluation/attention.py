@@ -26,11 +26,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from ssa_repro.distributions import normal
 from ssa_repro.evaluation import plots
-from ssa_repro.evaluation.common import cell_generator, stat
+from ssa_repro.evaluation.common import Progress, cell_generator, stat
 from ssa_repro.evaluation.deviant import (
     SUPPORTED,
     attention_chunk,
@@ -368,7 +367,7 @@ class Attention:
         log.info(
             "attention: %d points × %d prompts of %d examples, on %s", points, cfg.n_prompts, n, run.device
         )
-        with tqdm(total=points, desc="attention", disable=None) as bar:
+        with Progress(points, "attention") as bar:
             rows = concentration_rows(
                 run.model,
                 task,

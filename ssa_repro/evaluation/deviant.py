@@ -41,10 +41,9 @@ import numpy as np
 import pandas as pd
 import torch
 from matplotlib.colors import PowerNorm
-from tqdm.auto import tqdm
 
 from ssa_repro.evaluation import plots
-from ssa_repro.evaluation.common import MAX_ATTENTION_ELEMENTS, cell_generator, stat
+from ssa_repro.evaluation.common import MAX_ATTENTION_ELEMENTS, Progress, cell_generator, stat
 from ssa_repro.evaluation.quantifier_grid import sequence_and_token_error
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
 from ssa_repro.tasks.base import Batch, interleave
@@ -472,7 +471,7 @@ class Deviant:
             _value(cfg.sign),
             run.device,
         )
-        with tqdm(total=cells, desc="deviant", disable=None) as bar:
+        with Progress(cells, "deviant") as bar:
             rows = deviant_grid(
                 run.model,
                 run.task,

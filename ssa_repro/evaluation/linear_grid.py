@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from ssa_repro.distributions import normal
 from ssa_repro.evaluation import plots
 from ssa_repro.evaluation.baselines import BASELINES
-from ssa_repro.evaluation.common import cell_generator, predict, sample_batches, stat
+from ssa_repro.evaluation.common import Progress, cell_generator, predict, sample_batches, stat
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
 
 log = logging.getLogger("ssa_repro.evaluate")
@@ -140,7 +139,7 @@ class LinearGrid:
         log.info(
             "linear_grid: %d cells × %d prompts of %d examples, on %s", cells, cfg.n_functions, n, run.device
         )
-        with tqdm(total=cells, desc="linear_grid", disable=None) as bar:
+        with Progress(cells, "linear_grid") as bar:
             rows, pos_rows, summary = linear_grid(
                 run.model,
                 run.task,

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from ssa_repro.distributions import normal
 from ssa_repro.evaluation import plots
-from ssa_repro.evaluation.common import cell_generator, predict, sample_batches, stat
+from ssa_repro.evaluation.common import Progress, cell_generator, predict, sample_batches, stat
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
 
 log = logging.getLogger("ssa_repro.evaluate")
@@ -188,7 +187,7 @@ class QuantifierGrid:
             max(cfg.lengths),
             run.device,
         )
-        with tqdm(total=cells, desc="quantifier_grid", disable=None) as bar:
+        with Progress(cells, "quantifier_grid") as bar:
             rows = quantifier_grid(
                 run.model,
                 run.task,
