@@ -279,3 +279,17 @@ def test_progress_logs_every_tenth_off_a_terminal(caplog):
     lines = [r.getMessage() for r in caplog.records if "cells" in r.getMessage()]
     assert len(lines) == 10 and lines[0].startswith("grid: 2/20 cells (10%)")
     assert "20/20 cells (100%)" in lines[-1] and "left" in lines[-1]
+
+
+def test_results_are_logged_to_the_runs_own_offline_wandb_run(tmp_path, monkeypatch):
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    train(make_cfg("logger.mode=offline"), tmp_path)
+    (history,) = (tmp_path / "wandb").glob("offline-run-*/*.wandb")
+    before = history.stat().st_size
+    cfg = small(LinearGridConfig, sigmas_f=[1.0], sigmas_x=[1.0, 2.0], n_functions=4, batch_size=4)
+    evaluate(load_run(tmp_path, CPU), cfg, wandb_log=True)
+    assert wandb.run is None  # finished again
+    grown = [p for p in (tmp_path / "wandb").glob("offline-run-*/*.wandb") if p.stat().st_size > before]
+    assert grown, "the evaluation's tables and figures did not reach the run's W&B files"

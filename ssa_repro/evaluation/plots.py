@@ -64,8 +64,21 @@ def curves(
     logy: bool = False,
     xlabel: str | None = None,
 ) -> Path:
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
-    sns.lineplot(data=frame, x=x, y="value", hue=hue, marker="o", ax=ax)
+    """One line per ``hue`` value of ``value`` against ``x``; legend outside the axes. Writes a PNG."""
+    many = frame[x].nunique() > 30  # markers would hide the lines
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    palette = "viridis" if pd.api.types.is_numeric_dtype(frame[hue]) else None
+    sns.lineplot(
+        data=frame,
+        x=x,
+        y="value",
+        hue=hue,
+        marker=None if many else "o",
+        linewidth=1 if many else 1.5,
+        palette=palette,
+        ax=ax,
+    )
+    ax.legend(title=hue, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title_fontsize=8)
     if logy:
         ax.set_yscale("symlog", linthresh=1e-4)  # exact zeros (least squares) stay on the plot
         ax.set_ylim(bottom=0)

@@ -68,6 +68,7 @@ def quantifier_grid(
     nested=False,
     base=None,
     progress=None,
+    by_position=None,
 ):
     """Rows (dicts) of the σ × length grid, for the sequence and the token error.
 
@@ -77,11 +78,15 @@ def quantifier_grid(
     (about sum(lengths)/max(lengths) times less work; 10× for the paper's grid). Cells of one σ then share
     prompts (each cell still has n_samples × batch_size of them), so a row is correlated and can only
     grow with length — with labels in context, where errors sit in the first positions, rows look
-    constant. Off by default (the paper's independent cells). Balanced tasks are sampled per cell."""
+    constant. Off by default (the paper's independent cells). Balanced tasks are sampled per cell.
+
+    ``by_position``: a list that receives rows of the error at each prediction position for the longest
+    length (per σ), the per-position accuracy curves."""
     base = base or {}
     results: dict = {}  # (σ, length) -> (sequence errors, token errors)
+    per_pos: dict = {}  # σ -> list of [B, P] errors at the longest length
+    longest = max(lengths)
     if nested and not task.balanced:
-        longest = max(lengths)
         for s in sigmas:
             acc = {n: ([], []) for n in lengths}
             for b in _batches(task, seed, s, longest, n_samples, batch_size, device, reuse_draws):
@@ -91,6 +96,8 @@ def quantifier_grid(
                         err = task.error(pred[:, n - 1 : n], labels[:, n - 1 : n])
                     else:
                         err = task.error(pred[:, :n], labels[:, :n])
+                    if n == longest:
+                        per_pos.setdefault(s, []).append(err)
                     tail = err[:, skip_first:] if err.shape[1] > skip_first else err[:, -1:]
                     acc[n][0].append(tail.amax(1))
                     acc[n][1].append(tail.mean(1))
@@ -103,7 +110,10 @@ def quantifier_grid(
             for s in sigmas:
                 seq, tok = [], []
                 for b in _batches(task, seed, s, n, n_samples, batch_size, device, reuse_draws):
-                    se, te = sequence_and_token_error(task, b, predict(model, b), skip_first)
+                    pred = predict(model, b)
+                    se, te = sequence_and_token_error(task, b, pred, skip_first)
+                    if n == longest:
+                        per_pos.setdefault(s, []).append(task.error(pred, b.targets))
                     seq.append(se)
                     tok.append(te)
                 results[s, n] = (seq, tok)
@@ -123,6 +133,21 @@ def quantifier_grid(
                         **stat(torch.cat(v)),
                     }
                 )
+    if by_position is not None:
+        for s, errs in per_pos.items():
+            err = torch.cat(errs)  # [N, P]
+            by_position.extend(
+                {
+                    **base,
+                    "predictor": "model",
+                    "sigma_x": s,
+                    "length": longest,
+                    "position": p + 1,
+                    "metric": "token_error",
+                    **stat(err[:, p]),
+                }
+                for p in range(err.shape[1])
+            )
     return rows
 
 
@@ -187,6 +212,7 @@ class QuantifierGrid:
             max(cfg.lengths),
             run.device,
         )
+        pos_rows: list = []
         with Progress(cells, "quantifier_grid") as bar:
             rows = quantifier_grid(
                 run.model,
@@ -202,8 +228,9 @@ class QuantifierGrid:
                 nested=cfg.nested,
                 base=run.labels,
                 progress=bar,
+                by_position=pos_rows,
             )
-        grid = pd.DataFrame(rows)
+        grid, by_pos = pd.DataFrame(rows), pd.DataFrame(pos_rows)
         draws = "same draws scaled per σ" if cfg.reuse_draws else "fresh draws per σ"
         figs = plots.heatmap(
             grid[grid.metric == "sequence_error"],
@@ -215,14 +242,29 @@ class QuantifierGrid:
             ylabel="σ (std of test inputs)",
         )
         in_dist = grid[(grid.metric == "sequence_error") & (grid.sigma_x == min(cfg.sigmas))]
+        sigmas = sorted(cfg.sigmas)
+        shown = sorted({sigmas[round(i * (len(sigmas) - 1) / 5)] for i in range(6)})  # at most 6 curves
         figs.append(
             plots.curves(
-                grid[grid.metric == "token_error"],
+                grid[(grid.metric == "token_error") & grid.sigma_x.isin(shown)],
                 "length",
                 "sigma_x",
                 f"{run.title}\ntoken error by length",
                 out_dir / "token_error_by_length",
                 xlabel="prompt length (numbers)",
+            )
+        )
+        accuracy = by_pos[by_pos.sigma_x.isin(shown)].assign(
+            value=lambda f: 1 - f["value"], metric="accuracy"
+        )
+        figs.append(
+            plots.curves(
+                accuracy,
+                "position",
+                "sigma_x",
+                f"{run.title}\naccuracy by position, prompts of {max(cfg.lengths)} numbers",
+                out_dir / "accuracy_by_position",
+                xlabel="prediction index",
             )
         )
         summary = {
@@ -231,4 +273,4 @@ class QuantifierGrid:
             "error_at_smallest_sigma": dict(zip(in_dist["length"].tolist(), in_dist["value"].tolist())),
             "figures": [p.name for p in figs],
         }
-        return {"results": grid}, summary
+        return {"results": grid, "by_position": by_pos}, summary
