@@ -218,11 +218,7 @@ def maps_figure(maps: np.ndarray, labels: list[str] | None, marked: int, title: 
                 ax.set_ylabel("query token", fontsize=8)
     fig.colorbar(im, ax=axes, shrink=0.5, aspect=30, label="attention weight (sqrt scale)")
     fig.suptitle(title, fontsize=9)
-    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
-    for p in out:
-        fig.savefig(p, dpi=150)
-    plt.close(fig)
-    return out
+    return plots.save(fig, path)
 
 
 def concentration_figure(frame: pd.DataFrame, sweep: str, x: str, title: str, path: Path) -> list[Path]:
@@ -258,11 +254,7 @@ def concentration_figure(frame: pd.DataFrame, sweep: str, x: str, title: str, pa
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle(title, fontsize=9)
-    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
-    for p in out:
-        fig.savefig(p, dpi=150)
-    plt.close(fig)
-    return out
+    return plots.save(fig, path)
 
 
 # ------------------------------------------------------------------ evaluator

@@ -86,6 +86,7 @@ import torch  # noqa: E402
 
 from ssa_repro import distributions as D  # noqa: E402
 from ssa_repro.distributions import normal  # noqa: E402
+from ssa_repro.evaluation import plots  # noqa: E402
 from ssa_repro.evaluation.baselines import least_squares  # noqa: E402
 from ssa_repro.evaluation.common import cell_generator, predict  # noqa: E402
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig  # noqa: E402
@@ -602,11 +603,7 @@ def plot_boundary(pred: pd.DataFrame, results: pd.DataFrame, bound: pd.DataFrame
         f"y in training: [{b_all.train_low:.3g}, {b_all.train_high:.3g}]; saturation points: {sat}",
         fontsize=9,
     )
-    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
-    for p in out:
-        fig.savefig(p, dpi=150)
-    plt.close(fig)
-    return out
+    return plots.save(fig, path)
 
 
 def plot_functions(pred: pd.DataFrame, bound: pd.DataFrame, title: str, path: Path, n_show: int = 4):
@@ -660,8 +657,4 @@ def plot_functions(pred: pd.DataFrame, bound: pd.DataFrame, title: str, path: Pa
         fontsize=9,
     )
     fig.tight_layout()
-    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
-    for p in out:
-        fig.savefig(p, dpi=150)
-    plt.close(fig)
-    return out
+    return plots.save(fig, path)

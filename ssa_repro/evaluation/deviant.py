@@ -341,11 +341,7 @@ def example_figure(run, task, clean: Batch, dev: Batch, inserted_tok: list[int],
         ax.set_ylabel("query token")
     fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight (last layer, heads averaged; sqrt scale)")
     fig.suptitle(title, fontsize=10)
-    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
-    for p in out:
-        fig.savefig(p, dpi=150)
-    plt.close(fig)
-    return out
+    return plots.save(fig, path)
 
 
 def share_figure(frame: pd.DataFrame, title: str, path: Path) -> list[Path]:
@@ -373,11 +369,7 @@ def share_figure(frame: pd.DataFrame, title: str, path: Path) -> list[Path]:
     axes[0].set_ylabel("attention weight on inserted tokens\n(last layer, queries after the first one)")
     axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle(title, fontsize=9)
-    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
-    for p in out:
-        fig.savefig(p, dpi=150)
-    plt.close(fig)
-    return out
+    return plots.save(fig, path)
 
 
 def follows_figure(frame: pd.DataFrame, title: str, path: Path) -> list[Path]:
@@ -399,11 +391,7 @@ def follows_figure(frame: pd.DataFrame, title: str, path: Path) -> list[Path]:
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=9)
-    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
-    for p in out:
-        fig.savefig(p, dpi=150)
-    plt.close(fig)
-    return out
+    return plots.save(fig, path)
 
 
 # ------------------------------------------------------------------ evaluator

@@ -14,6 +14,15 @@ import seaborn as sns  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 
 
+def save(fig, path: Path) -> list[Path]:
+    """Write ``fig`` as PNG (for people) and PDF (for papers) next to each other; close it."""
+    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
+    for p in out:
+        fig.savefig(p, dpi=150)
+    plt.close(fig)
+    return out
+
+
 def heatmap(
     frame: pd.DataFrame,
     rows: str,
@@ -48,11 +57,7 @@ def heatmap(
     ax.set_xlabel(xlabel or cols)
     ax.set_ylabel(ylabel or rows)
     fig.tight_layout()
-    out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
-    for p in out:
-        fig.savefig(p, dpi=150)
-    plt.close(fig)
-    return out
+    return save(fig, path)
 
 
 def curves(
