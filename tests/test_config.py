@@ -9,6 +9,7 @@ import pytest
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from ssa_repro.models import MODELS
@@ -203,3 +204,32 @@ def test_multirun_checks_every_job_before_the_first_starts(tmp_path):
     assert proc.returncode != 0
     assert "model.n_head=3 must divide model.n_embd=16" in proc.stderr + proc.stdout
     assert not sweep.exists()  # not even job 0 ran
+
+
+@pytest.mark.slow
+def test_multirun_jobs_get_their_own_folders_and_one_wandb_group(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            "-m",
+            "scorer=softmax,ssa",
+            "model.n_embd=16",
+            "model.n_layer=1",
+            "model.n_head=2",
+            "train.steps=2",
+            "evaluation.enabled=false",
+            f"hydra.sweep.dir={sweep}",
+            "logger.mode=disabled",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert jobs == ["0_linear_softmax_gpt2_s0", "1_linear_ssa_gpt2_s0"]
+    for job in jobs:  # the sweep is the W&B group of each job (recorded in the job's resolved config)
+        assert OmegaConf.load(sweep / job / "config.yaml").logger.group == "sweep"

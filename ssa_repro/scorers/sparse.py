@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import entmax
 import torch
 
-from ssa_repro.scorers.base import Scorer, ScorerConfig, at_least_float32, param_or_buffer
+from ssa_repro.scorers.base import ScorerConfig, at_least_float32, param_or_buffer
 from ssa_repro.scorers.registry import SCORERS
-from ssa_repro.scorers.temperature import PerHeadTemperature, check_tau
+from ssa_repro.scorers.temperature import Temperature, check_tau
 
 
 @dataclass
@@ -44,14 +44,8 @@ class EntmaxAlphaConfig(SparseConfig):
     n_iter: int = 24  # bisection iterations (float32; float64 inputs use at least 60)
 
 
-class _Sparse(Scorer):
-    def __init__(self, cfg, n_head: int):
-        super().__init__(cfg, n_head)
-        self.temperature = PerHeadTemperature(cfg.tau, cfg.learn_tau, n_head)
-
-    @classmethod
-    def check_config(cls, cfg, n_head: int) -> list[str]:
-        return check_tau(cfg)
+class _Sparse(Temperature):
+    """Temperature in front (its τ and checks), then a sparse normaliser instead of softmax."""
 
     def normalise(self, z: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
