@@ -28,6 +28,26 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
+class AttnImpl(str, Enum):
+    auto = "auto"  # the scorer's fastest exact path (SDPA for softmax, the fused SSA function, ...)
+    eager = "eager"  # the plain path: logits, weights, weights @ v (attention maps, debugging)
+
+
+class Optimizer(str, Enum):
+    adam = "adam"
+    adamw = "adamw"
+
+
+class Schedule(str, Enum):
+    constant = "constant"  # lr after warmup (the paper's ICL runs: no schedule)
+    cosine = "cosine"  # linear warmup, then cosine decay to lr * min_lr_ratio at train.steps
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"  # bf16 autocast for forward and loss (weights, optimizer and scorer maths stay float32)
+
+
 class LoggerMode(str, Enum):
     offline = "offline"
     online = "online"
@@ -43,6 +63,10 @@ class ModelConfig:
     n_embd: int = 64
     max_positions: int = 512  # tokens, not examples: an interleaved (x, y) example is 2 tokens
     mlp_ratio: int = 4
+    vocab_size: int = 0  # 0: one scalar per token (linear read-in/out); > 0: token table + tied LM head
+    causal: bool = True  # false: a bidirectional encoder (masked LM)
+    post_ln: bool = False  # LayerNorm after each residual add (BERT/RoBERTa) instead of before (GPT-2)
+    attn_impl: AttnImpl = AttnImpl.auto  # eager: the plain path, same numbers (tested)
 
 
 # ---------------------------------------------------------------- training
@@ -55,6 +79,16 @@ class TrainConfig:
     ckpt_interval: int = 500  # steps between writes of checkpoints/last.pt
     keep_every: int = 0  # also keep checkpoints/step_XXXXXXX.pt every this many steps (0: never)
     resume: bool = True  # continue from <run_dir>/checkpoints/last.pt when it exists
+    optimizer: Optimizer = Optimizer.adam
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 0.0  # adamw: applied to matrices only (not biases, norms, scorer scalars)
+    schedule: Schedule = Schedule.constant
+    warmup_steps: int = 0  # linear warmup from 0 to lr
+    min_lr_ratio: float = 0.1  # cosine: final lr = lr * min_lr_ratio
+    grad_clip: float = 0.0  # max global gradient norm (0: off)
+    grad_accum: int = 1  # micro-batches of batch_size per optimizer step
+    compile: bool = False  # torch.compile the model (first steps slower while it compiles)
+    precision: Precision = Precision.fp32
 
 
 @dataclass

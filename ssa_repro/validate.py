@@ -44,6 +44,8 @@ def problems(cfg: DictConfig) -> list[str]:
     for key in ("n_layer", "n_head", "n_embd", "max_positions", "mlp_ratio"):
         if m[key] < 1:
             out.append(f"model.{key}={m[key]} must be >= 1")
+    if m.vocab_size < 0:
+        out.append(f"model.vocab_size={m.vocab_size} must be >= 0 (0: scalar tokens)")
     if m.n_head >= 1 and m.n_embd % m.n_head:
         out.append(f"model.n_head={m.n_head} must divide model.n_embd={m.n_embd}")
 
@@ -58,6 +60,19 @@ def problems(cfg: DictConfig) -> list[str]:
             out.append(f"train.{key}={tr[key]} must be >= 1")
     if not tr.lr > 0:
         out.append(f"train.lr={tr.lr} must be > 0")
+    for key in ("warmup_steps", "weight_decay", "grad_clip"):
+        if tr[key] < 0:
+            out.append(f"train.{key}={tr[key]} must be >= 0")
+    if tr.grad_accum < 1:
+        out.append(f"train.grad_accum={tr.grad_accum} must be >= 1")
+    if not 0 <= tr.min_lr_ratio <= 1:
+        out.append(f"train.min_lr_ratio={tr.min_lr_ratio} must be in [0, 1]")
+    if len(tr.betas) != 2 or any(not 0 <= b < 1 for b in tr.betas):
+        out.append(f"train.betas={list(tr.betas)} must be two values in [0, 1)")
+    if tr.weight_decay > 0 and getattr(tr.optimizer, "value", tr.optimizer) == "adam":
+        out.append(
+            f"train.weight_decay={tr.weight_decay} needs train.optimizer=adamw (adam has no decoupled decay)"
+        )
     if tr.keep_every < 0:
         out.append(f"train.keep_every={tr.keep_every} must be >= 0 (0: keep only last.pt)")
     elif tr.keep_every and tr.ckpt_interval >= 1 and tr.keep_every % tr.ckpt_interval:

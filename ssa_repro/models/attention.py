@@ -6,13 +6,15 @@ import torch
 from torch import nn
 
 from ssa_repro.scorers import build_scorer
+from ssa_repro.scorers.base import Scorer
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, n_embd: int, n_head: int, scorer_cfg, causal: bool = True):
+    def __init__(self, n_embd: int, n_head: int, scorer_cfg, causal: bool = True, impl: str = "auto"):
         super().__init__()
         self.n_head = n_head
         self.causal = causal
+        self.impl = impl  # "auto": the scorer's fast path; "eager": the plain path
         self.qkv = nn.Linear(n_embd, 3 * n_embd)
         self.proj = nn.Linear(n_embd, n_embd)
         self.scorer = build_scorer(scorer_cfg, n_head)
@@ -25,6 +27,8 @@ class SelfAttention(nn.Module):
         mask = None
         if self.causal:
             mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()  # [T, S], True = visible
-        y, w = self.scorer.attend(q, k, v, mask, is_causal=self.causal, need_weights=need_weights)
+        # eager: Scorer.attend itself (logits -> weights -> weights @ v), skipping any fused override
+        attend = Scorer.attend.__get__(self.scorer) if self.impl == "eager" else self.scorer.attend
+        y, w = attend(q, k, v, mask, is_causal=self.causal, need_weights=need_weights)
         y = y.transpose(1, 2).reshape(bsz, t, c)  # [B, H, T, C/H] -> [B, T, C]
         return self.proj(y), w

@@ -1,9 +1,14 @@
-"""GPT-2-style decoder for sequences of numbers (pre-LN blocks, learned positions, dropout 0).
+"""GPT-2-style transformer (pre-LN blocks, learned positions, dropout 0), for numbers or for tokens.
 
-Each token is one scalar, mapped to the width by a linear read-in; a linear read-out maps each output
-vector back to one scalar (the prediction, or a logit for classification tasks). There is no token
-table: the paper's 22.5M count for its 12L/8H/256 model includes HuggingFace GPT2Model's unused
-50257×256 word embedding, so the same model counts about 9.6M here.
+``model.vocab_size=0`` (the ICL tasks): each token is one scalar, mapped to the width by a linear
+read-in; a linear read-out maps each output vector back to one scalar (the prediction, or a logit for
+classification tasks). There is no token table: the paper's 22.5M count for its 12L/8H/256 model
+includes HuggingFace GPT2Model's unused 50257×256 word embedding, so the same model counts about 9.6M
+here. ``model.vocab_size=V`` (language modelling): a token table [V, C] in, and the same table as the
+output projection (tied weights): tokens [B, T] long -> logits [B, T, V].
+
+``model.causal=false`` makes it a bidirectional encoder (masked LM); ``model.post_ln=true`` puts each
+LayerNorm after the residual add (BERT/RoBERTa) instead of before it (GPT-2), with no final LayerNorm.
 
 Model kinds (``model=``): ``gpt2`` (attention + MLP blocks), ``attn_only`` (no MLP), ``ff_only`` (no
 attention: each position is processed alone, so no in-context learning is possible; the paper's
@@ -50,9 +55,16 @@ class Block(nn.Module):
     def __init__(self, cfg, scorer_cfg, blocks: Blocks):
         super().__init__()
         self.attn = self.mlp = None
+        self.post_ln = cfg.get("post_ln", False)
         if blocks.attention:
             self.ln_1 = nn.LayerNorm(cfg.n_embd)
-            self.attn = SelfAttention(cfg.n_embd, cfg.n_head, scorer_cfg)
+            self.attn = SelfAttention(
+                cfg.n_embd,
+                cfg.n_head,
+                scorer_cfg,
+                causal=cfg.get("causal", True),
+                impl=getattr(cfg.get("attn_impl", "auto"), "value", cfg.get("attn_impl", "auto")),
+            )
         if blocks.mlp:
             self.ln_2 = nn.LayerNorm(cfg.n_embd)
             self.mlp = MLP(cfg.n_embd, cfg.mlp_ratio)
@@ -60,10 +72,14 @@ class Block(nn.Module):
     def forward(self, x, need_weights: bool = False):
         w = None
         if self.attn is not None:
-            a, w = self.attn(self.ln_1(x), need_weights)
-            x = x + a
+            if self.post_ln:  # x = LN(x + attn(x))
+                a, w = self.attn(x, need_weights)
+                x = self.ln_1(x + a)
+            else:  # x = x + attn(LN(x))
+                a, w = self.attn(self.ln_1(x), need_weights)
+                x = x + a
         if self.mlp is not None:
-            x = x + self.mlp(self.ln_2(x))
+            x = self.ln_2(x + self.mlp(x)) if self.post_ln else x + self.mlp(self.ln_2(x))
         return x, w
 
 
@@ -72,11 +88,18 @@ class Decoder(nn.Module):
         super().__init__()
         blocks = MODELS.get(cfg.name)
         self.max_positions = cfg.max_positions
-        self.read_in = nn.Linear(1, cfg.n_embd)
+        self.vocab_size = cfg.get("vocab_size", 0)
+        if self.vocab_size:
+            self.wte = nn.Embedding(self.vocab_size, cfg.n_embd)  # also the LM head (tied)
+        else:
+            self.read_in = nn.Linear(1, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.max_positions, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg, scorer_cfg, blocks) for _ in range(cfg.n_layer))
+        # pre-LN: the final LayerNorm; post-LN: blocks end normalised, so it normalises the embeddings (BERT)
         self.ln_f = nn.LayerNorm(cfg.n_embd)
-        self.read_out = nn.Linear(cfg.n_embd, 1)
+        self.post_ln = cfg.get("post_ln", False)
+        if not self.vocab_size:
+            self.read_out = nn.Linear(cfg.n_embd, 1)
         self.apply(self._init_weights)
         # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer)
         for name, p in self.named_parameters():
@@ -92,18 +115,25 @@ class Decoder(nn.Module):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
 
     def forward(self, tokens: torch.Tensor, need_weights: bool = False):
-        """tokens [B, T, 1] -> outputs [B, T] (and, with need_weights, a list of [B, H, T, T] per
-        attention layer)."""
+        """tokens [B, T, 1] float -> outputs [B, T]; with a vocabulary, tokens [B, T] long -> logits
+        [B, T, V]. With need_weights, also a list of [B, H, T, T] maps, one per attention layer."""
         t = tokens.shape[1]
         if t > self.max_positions:
             raise ValueError(f"prompt of {t} tokens exceeds model.max_positions={self.max_positions}")
-        x = self.read_in(tokens) + self.wpe.weight[:t]  # [B, T, C]
+        x = (self.wte(tokens) if self.vocab_size else self.read_in(tokens)) + self.wpe.weight[:t]  # [B, T, C]
+        if self.post_ln:
+            x = self.ln_f(x)
         maps = []
         for block in self.blocks:
             x, w = block(x, need_weights)
             if w is not None:
                 maps.append(w)
-        out = self.read_out(self.ln_f(x)).squeeze(-1)  # [B, T]
+        if not self.post_ln:
+            x = self.ln_f(x)
+        if self.vocab_size:
+            out = x @ self.wte.weight.T  # [B, T, V], tied head
+        else:
+            out = self.read_out(x).squeeze(-1)  # [B, T]
         return (out, maps) if need_weights else out
 
     def scorer_stats(self) -> dict[str, torch.Tensor]:

@@ -45,6 +45,14 @@ class Task:
     ) -> Batch:
         raise NotImplementedError
 
+    def train_batch(
+        self, index: int, batch_size: int, n_points: int, generator: torch.Generator, device
+    ) -> Batch:
+        """The ``index``-th training micro-batch (0, 1, 2, ... over the whole run, resumes included).
+        Synthetic tasks draw fresh prompts from ``generator``; corpus tasks use ``index`` to read the
+        data in order, so a resumed run continues at the exact data position."""
+        return self.sample(batch_size, n_points, generator, device)
+
     def loss(self, pred: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Scalar training loss; pred and targets are [B, P]."""
         raise NotImplementedError

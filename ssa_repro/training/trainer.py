@@ -33,21 +33,43 @@ from ssa_repro.evaluation.quick import evaluate_quick
 from ssa_repro.models import build_model, count_parameters
 from ssa_repro.tasks import build_task
 from ssa_repro.training import checkpoint
+from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
 from ssa_repro.wandb_logger import WandbLogger
 
 log = logging.getLogger("ssa_repro.train")
 
 # Keys that must match for a checkpoint to be continued; others (steps, intervals, evaluation, logger,
-# device) may change between starts.
-RESUME_KEYS = ("task", "model", "scorer", "seed", "curriculum", "train.batch_size", "train.lr")
+# device, compile, precision) may change between starts.
+RESUME_KEYS = (
+    "task",
+    "model",
+    "scorer",
+    "seed",
+    "curriculum",
+    "train.batch_size",
+    "train.lr",
+    "train.optimizer",
+    "train.betas",
+    "train.weight_decay",
+    "train.schedule",
+    "train.warmup_steps",
+    "train.min_lr_ratio",
+    "train.grad_clip",
+    "train.grad_accum",
+)
+RESUME_FREE = ("model.attn_impl",)  # same numbers either way (tested)
 
 
 class TrainingDiverged(RuntimeError):
     """The loss became non-finite; the message names the step and the last good checkpoint."""
 
 
+def _value(x):
+    return getattr(x, "value", x)
+
+
 def resolve_device(name) -> torch.device:
-    name = getattr(name, "value", name)
+    name = _value(name)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
@@ -76,7 +98,13 @@ def _flatten(d, prefix: str = "") -> dict:
 def config_mismatches(saved: dict, current: dict) -> list[str]:
     """Differences in the keys that must match to resume, one line per leaf key."""
     a, b = _flatten(saved), _flatten(current)
-    keys = sorted(k for k in a.keys() | b.keys() if any(k == r or k.startswith(r + ".") for r in RESUME_KEYS))
+    keys = sorted(
+        k
+        for k in a.keys() | b.keys()
+        if any(k == r or k.startswith(r + ".") for r in RESUME_KEYS)
+        and k not in RESUME_FREE
+        and (k in a or k.startswith(("task.", "model.", "scorer.")))  # keys added since: their defaults
+    )
     return [
         f"{k}: checkpoint has {a.get(k)!r}, config has {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)
     ]
@@ -147,7 +175,10 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
     model = build_model(cfg.model, cfg.scorer).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
+    tr = cfg.train
+    opt = build_optimizer(model, tr)
+    # autocast for forward + loss only; weights, gradients and optimizer state stay float32
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=_value(tr.precision) == "bf16")
     gen = torch.Generator(device=device)
     gen.manual_seed(data_seed(cfg.seed))
     # Losses stay on the device between checks (no per-step host sync on GPU); a check finds the first
@@ -168,6 +199,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
         log.info("resuming from %s at step %d", ckpt_path, step)
     metrics_path = run_dir / "metrics.jsonl"
     _truncate_metrics(metrics_path, step)
+    forward = model
+    if tr.compile:  # compiles the forward only: state_dict keys, checkpoints and eval stay the same
+        forward = torch.compile(model)
 
     n_params = count_parameters(model)
     name = f"{cfg.task.name}-{cfg.scorer.label}-{cfg.model.name}-s{cfg.seed}"
@@ -225,13 +259,20 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
         model.train()
         while step < cfg.train.steps:
             n = curriculum.n_points(cfg.curriculum, step)
-            batch = task.sample(cfg.train.batch_size, n, gen, device)
-            pred = model(batch.tokens)[:, batch.pred_idx]  # [B, P]
-            loss = task.loss(pred, batch.targets)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
+            set_lr(opt, lr_at(tr, step))
+            loss = torch.zeros((), device=device)
+            for micro in range(tr.grad_accum):
+                batch = task.train_batch(step * tr.grad_accum + micro, tr.batch_size, n, gen, device)
+                with autocast:
+                    pred = forward(batch.tokens)[:, batch.pred_idx]  # [B, P] (or [B, P, V])
+                    micro_loss = task.loss(pred, batch.targets) / tr.grad_accum
+                micro_loss.backward()
+                loss += micro_loss.detach().float()
+            if tr.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), tr.grad_clip)
             opt.step()
-            window[filled] = loss.detach()
+            opt.zero_grad(set_to_none=True)
+            window[filled] = loss
             filled += 1
             step += 1
             done = step == cfg.train.steps
@@ -245,7 +286,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
                     "n_points": n,
                     "lr": opt.param_groups[0]["lr"],
                     "steps_per_sec": rate,
-                    "examples_per_sec": rate * cfg.train.batch_size,
+                    "examples_per_sec": rate * tr.batch_size * tr.grad_accum,
                     "elapsed_s": now - t0,
                 }
                 _log_row(row, model.scorer_stats(), metrics_path, wb)

@@ -1,0 +1,47 @@
+"""Optimizer and learning-rate schedule built from ``cfg.train``.
+
+The schedule is a pure function of the step (``lr_at``), set on the optimizer before every step, so a
+resumed run follows the same curve without any scheduler state in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def _value(x):
+    return getattr(x, "value", x)
+
+
+def build_optimizer(model: nn.Module, tr) -> torch.optim.Optimizer:
+    """Adam (the paper's ICL runs) or AdamW with decay on matrices only: biases, LayerNorm gains and
+    scorer scalars (SSA's b, n) are not pulled towards 0."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    kw = dict(lr=tr.lr, betas=tuple(tr.betas))
+    if _value(tr.optimizer) == "adam":
+        return torch.optim.Adam(params, **kw)
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": tr.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, **kw)
+
+
+def lr_at(tr, step: int) -> float:
+    """Learning rate for optimizer step ``step`` (0-based): linear warmup over ``warmup_steps``, then
+    constant, or cosine decay to ``lr * min_lr_ratio`` at ``train.steps``."""
+    if tr.warmup_steps and step < tr.warmup_steps:
+        return tr.lr * (step + 1) / tr.warmup_steps
+    if _value(tr.schedule) == "constant":
+        return tr.lr
+    span = max(tr.steps - tr.warmup_steps, 1)
+    progress = min((step - tr.warmup_steps) / span, 1.0)
+    floor = tr.lr * tr.min_lr_ratio
+    return floor + (tr.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    for group in opt.param_groups:
+        group["lr"] = lr

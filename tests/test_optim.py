@@ -1,0 +1,82 @@
+"""Optimizer, schedule, accumulation and the model options added for the corpus tasks."""
+
+import math
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from ssa_repro.config import TrainConfig
+from ssa_repro.models import build_model
+from ssa_repro.training.optim import build_optimizer, lr_at
+from tests.conftest import make_cfg
+
+
+def _tr(**kw):
+    return OmegaConf.merge(OmegaConf.structured(TrainConfig), kw)
+
+
+def test_warmup_then_cosine_reaches_floor():
+    tr = _tr(lr=1.0, steps=110, warmup_steps=10, schedule="cosine", min_lr_ratio=0.1)
+    assert lr_at(tr, 0) == pytest.approx(0.1)
+    assert lr_at(tr, 9) == pytest.approx(1.0)
+    assert lr_at(tr, 10) == pytest.approx(1.0)
+    assert lr_at(tr, 60) == pytest.approx(0.1 + 0.9 * 0.5)  # half way: cos(pi/2) = 0
+    assert lr_at(tr, 110) == pytest.approx(0.1)
+    assert lr_at(tr, 500) == pytest.approx(0.1)  # past the end: stays at the floor
+    lrs = [lr_at(tr, s) for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+
+
+def test_constant_schedule_is_the_papers():
+    tr = _tr(lr=3e-4)
+    assert {lr_at(tr, s) for s in (0, 1, 10_000)} == {3e-4}
+
+
+def test_adamw_decays_matrices_only():
+    cfg = make_cfg("scorer=ssa")
+    model = build_model(cfg.model, cfg.scorer)
+    opt = build_optimizer(model, _tr(optimizer="adamw", weight_decay=0.1))
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    n_all = sum(1 for p in model.parameters() if p.requires_grad)
+    assert len(decay["params"]) + len(no_decay["params"]) == n_all
+
+
+def test_bad_train_values_are_named():
+    from ssa_repro import validate
+
+    cfg = make_cfg("train.grad_accum=0", "train.min_lr_ratio=2.0", "train.weight_decay=0.1")
+    msg = "\n".join(validate.problems(cfg))
+    assert "train.grad_accum=0" in msg and "train.min_lr_ratio=2.0" in msg and "adamw" in msg
+
+
+def test_grad_accum_runs_and_logs_mean_loss(tmp_path):
+    from ssa_repro.training.trainer import read_metrics, train
+
+    cfg = make_cfg(
+        "train.steps=4",
+        "train.grad_accum=2",
+        "train.grad_clip=1.0",
+        "train.schedule=cosine",
+        "train.warmup_steps=1",
+        "evaluation.enabled=false",
+    )
+    train(cfg, tmp_path)
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [2, 4] and all(math.isfinite(r["loss"]) for r in rows)
+
+
+def test_token_model_ties_head_and_post_ln_runs():
+    cfg = make_cfg("model.vocab_size=11", "model.post_ln=true", "model.causal=false")
+    m = cfg.model
+    model = build_model(m, cfg.scorer)
+    tokens = torch.randint(0, 11, (2, 7))
+    out = model(tokens)
+    assert out.shape == (2, 7, 11)
+    assert not hasattr(model, "read_out") and model.wte.weight.shape == (11, m.n_embd)
+    # bidirectional: changing the last token changes the first position's output
+    t2 = tokens.clone()
+    t2[:, -1] = (t2[:, -1] + 1) % 11
+    assert not torch.allclose(model(t2)[:, 0], out[:, 0])
