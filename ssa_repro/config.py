@@ -125,6 +125,15 @@ class LoggerConfig:
 
 
 @dataclass
+class DataConfig:
+    """Offline data for the NLP tasks (never copied into the repo or downloaded)."""
+
+    # relative paths resolve against the working directory, else the repository (ssa_repro/data/paths.py)
+    root: str = "${oc.env:SSA_DATA_ROOT,../shared/data}"
+    cache_dir: str = "${oc.env:SSA_CACHE_DIR,outputs/cache}"  # tokenisers and tokenised corpora
+
+
+@dataclass
 class RootConfig:
     task: Any = MISSING
     model: ModelConfig = MISSING
@@ -133,6 +142,7 @@ class RootConfig:
     curriculum: CurriculumConfig = MISSING
     evaluation: EvaluationConfig = MISSING
     logger: LoggerConfig = MISSING
+    data: DataConfig = field(default_factory=DataConfig)
     seed: int = 0
     device: Device = Device.auto
 

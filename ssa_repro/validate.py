@@ -118,6 +118,8 @@ def problems(cfg: DictConfig) -> list[str]:
                     f"model.max_positions={m.max_positions}"
                 )
 
+    out += task.check(cfg)
+
     dev = getattr(cfg.device, "value", cfg.device)
     if dev == "cuda" and not torch.cuda.is_available():
         out.append("device=cuda but no CUDA device is available; use device=auto or device=cpu")

@@ -287,9 +287,14 @@ def test_results_are_logged_to_the_runs_own_offline_wandb_run(tmp_path, monkeypa
     monkeypatch.setenv("WANDB_MODE", "offline")
     train(make_cfg("logger.mode=offline"), tmp_path)
     (history,) = (tmp_path / "wandb").glob("offline-run-*/*.wandb")
-    before = history.stat().st_size
+    before = {history: history.stat().st_size}
     cfg = small(LinearGridConfig, sigmas_f=[1.0], sigmas_x=[1.0, 2.0], n_functions=4, batch_size=4)
     evaluate(load_run(tmp_path, CPU), cfg, wandb_log=True)
     assert wandb.run is None  # finished again
-    grown = [p for p in (tmp_path / "wandb").glob("offline-run-*/*.wandb") if p.stat().st_size > before]
+    # the same run id, appended to (or, resumed offline in a new second, a new file of that run)
+    grown = [
+        p
+        for p in (tmp_path / "wandb").glob(f"offline-run-*-{history.stem[4:]}/*.wandb")
+        if p.stat().st_size > before.get(p, 0)
+    ]
     assert grown, "the evaluation's tables and figures did not reach the run's W&B files"

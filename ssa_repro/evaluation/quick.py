@@ -87,6 +87,16 @@ def evaluate_quick(model, task, cfg, device, out_dir: Path) -> dict:
     """Run the short evaluation; write tables and figures to ``out_dir``; return the summary."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # Corpus tasks bring their own (perplexity, probes, ...): quick_evaluation(model, cfg, device, out_dir)
+    # writes CSVs and figures into out_dir and returns a summary with "figures" (file names) and
+    # "in_distribution" (the headline numbers), as below.
+    if hasattr(task, "quick_evaluation"):
+        was_training = model.training
+        model.eval()
+        try:
+            return task.quick_evaluation(model, cfg, device, out_dir)
+        finally:
+            model.train(was_training)
     base = {"task": cfg.task.name, "scorer": cfg.scorer.label, "model": cfg.model.name}
     was_training = model.training
     model.eval()

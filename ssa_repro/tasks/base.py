@@ -53,6 +53,16 @@ class Task:
         data in order, so a resumed run continues at the exact data position."""
         return self.sample(batch_size, n_points, generator, device)
 
+    def check(self, cfg) -> list[str]:
+        """Problems with the whole run config that only this task knows about (data files, sizes),
+        each naming the key, the value and what is allowed; called before any work starts."""
+        return []
+
+    def training_loss(self, model, batch: Batch) -> torch.Tensor:
+        """The scalar loss the trainer minimises for one micro-batch (token tasks override this to
+        skip gathering [B, T, V] logits)."""
+        return self.loss(model(batch.tokens)[:, batch.pred_idx], batch.targets)
+
     def loss(self, pred: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Scalar training loss; pred and targets are [B, P]."""
         raise NotImplementedError

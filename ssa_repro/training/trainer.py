@@ -264,8 +264,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
             for micro in range(tr.grad_accum):
                 batch = task.train_batch(step * tr.grad_accum + micro, tr.batch_size, n, gen, device)
                 with autocast:
-                    pred = forward(batch.tokens)[:, batch.pred_idx]  # [B, P] (or [B, P, V])
-                    micro_loss = task.loss(pred, batch.targets) / tr.grad_accum
+                    micro_loss = task.training_loss(forward, batch) / tr.grad_accum
                 micro_loss.backward()
                 loss += micro_loss.detach().float()
             if tr.grad_clip:
@@ -319,11 +318,12 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
             out = run_dir / "eval" / "quick"
             summary["eval"] = evaluate_quick(model, task, cfg, device, out)
             summary["eval_seconds"] = time.perf_counter() - t_eval
-            for f in summary["eval"]["figures"]:
+            for f in summary["eval"].get("figures", []):
                 if f.endswith(".png"):
                     wb.log_image(f"eval/{Path(f).stem}", out / f)
-            wb.log_table("eval/grid", pd.read_csv(out / "grid.csv"))
-            log.info("evaluation: %s", json.dumps(summary["eval"]["in_distribution"]))
+            for table in sorted(out.glob("*.csv")):
+                wb.log_table(f"eval/{table.stem}", pd.read_csv(table))
+            log.info("evaluation: %s", json.dumps(summary["eval"].get("in_distribution")))
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         exit_code = 0
         return summary
