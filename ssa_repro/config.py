@@ -31,6 +31,7 @@ class Device(str, Enum):
 class AttnImpl(str, Enum):
     auto = "auto"  # the scorer's fastest exact path (SDPA for softmax, the fused SSA function, ...)
     eager = "eager"  # the plain path: logits, weights, weights @ v (attention maps, debugging)
+    flex = "flex"  # FlexAttention score_mod in a fused kernel (CUDA training; softmax and ssa)
 
 
 class Optimizer(str, Enum):

@@ -50,6 +50,18 @@ def problems(cfg: DictConfig) -> list[str]:
         out.append(f"model.n_head={m.n_head} must divide model.n_embd={m.n_embd}")
 
     out += SCORERS.get(cfg.scorer.name).check_config(cfg.scorer, cfg.model.n_head)
+    if getattr(m.attn_impl, "value", m.attn_impl) == "flex":
+        with_mod = [n for n in SCORERS.names() if _has_score_mod(n)]
+        if cfg.scorer.name not in with_mod:
+            out.append(
+                f"model.attn_impl=flex needs a scorer written as a FlexAttention score_mod; "
+                f"scorer.name={cfg.scorer.name!r} is not (allowed: {', '.join(with_mod)}); use model.attn_impl=auto"
+            )
+        if _device_type(cfg.device) != "cuda":
+            out.append(
+                "model.attn_impl=flex needs CUDA (torch 2.13 has no FlexAttention backward on CPU); "
+                "use model.attn_impl=auto on CPU"
+            )
 
     tr = cfg.train
     for key in ("steps",):
@@ -124,6 +136,19 @@ def problems(cfg: DictConfig) -> list[str]:
     if dev == "cuda" and not torch.cuda.is_available():
         out.append("device=cuda but no CUDA device is available; use device=auto or device=cpu")
     return out
+
+
+def _has_score_mod(name: str) -> bool:
+    from ssa_repro.scorers.base import Scorer
+
+    return SCORERS.get(name).score_mod is not Scorer.score_mod
+
+
+def _device_type(device) -> str:
+    name = getattr(device, "value", device)
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
 
 
 def check(cfg: DictConfig) -> None:

@@ -7,6 +7,7 @@ from torch import nn
 
 from ssa_repro.scorers import build_scorer
 from ssa_repro.scorers.base import Scorer
+from ssa_repro.scorers.flex import flex_attend
 
 
 class SelfAttention(nn.Module):
@@ -14,7 +15,7 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.n_head = n_head
         self.causal = causal
-        self.impl = impl  # "auto": the scorer's fast path; "eager": the plain path
+        self.impl = impl  # "auto": the scorer's fast path; "eager": the plain path; "flex": FlexAttention
         self.qkv = nn.Linear(n_embd, 3 * n_embd)
         self.proj = nn.Linear(n_embd, n_embd)
         self.scorer = build_scorer(scorer_cfg, n_head)
@@ -27,8 +28,11 @@ class SelfAttention(nn.Module):
         mask = None
         if self.causal:
             mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()  # [T, S], True = visible
-        # eager: Scorer.attend itself (logits -> weights -> weights @ v), skipping any fused override
-        attend = Scorer.attend.__get__(self.scorer) if self.impl == "eager" else self.scorer.attend
-        y, w = attend(q, k, v, mask, is_causal=self.causal, need_weights=need_weights)
+        if self.impl == "flex" and not need_weights:  # fused CUDA kernel (validate.py checks the scorer)
+            y, w = flex_attend(q, k, v, self.scorer.score_mod(), causal=self.causal), None
+        else:
+            # eager: Scorer.attend itself (logits -> weights -> weights @ v), skipping fused overrides
+            attend = Scorer.attend.__get__(self.scorer) if self.impl == "eager" else self.scorer.attend
+            y, w = attend(q, k, v, mask, is_causal=self.causal, need_weights=need_weights)
         y = y.transpose(1, 2).reshape(bsz, t, c)  # [B, H, T, C/H] -> [B, T, C]
         return self.proj(y), w

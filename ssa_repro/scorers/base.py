@@ -62,6 +62,12 @@ class Scorer(nn.Module):
         w = self.weights(q, k, mask)
         return w @ v, (w if need_weights else None)
 
+    def score_mod(self):
+        """The scorer as a FlexAttention score_mod ``(x, b, h, q_idx, kv_idx) -> score`` applied to the
+        scaled logit x before a softmax (ssa_repro/scorers/flex.py), or None if it is not of that form
+        (``model.attn_impl=flex`` then fails validation)."""
+        return None
+
     def stats(self) -> dict[str, torch.Tensor]:
         """Learnable scalars worth logging, each [H] (or [1] when shared by the layer's heads)."""
         return {}

@@ -20,6 +20,9 @@ class Softmax(Scorer):
     def forward(self, logits, mask):
         return masked_softmax(logits, mask)
 
+    def score_mod(self):
+        return lambda x, b, h, q_idx, kv_idx: x
+
     def attend(self, q, k, v, mask, is_causal=False, need_weights=False):
         if need_weights:
             return super().attend(q, k, v, mask, is_causal, need_weights)

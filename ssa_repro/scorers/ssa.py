@@ -23,7 +23,10 @@ the stored numbers (β, ν) map to (b, n):
 
 Presets (conf/scorer/): ``ssa`` (learnable b and n per head), ``ssa_n1.5`` and ``ssa_n2`` (n fixed,
 the paper's BabyBERTa runs), ``ssa_nanogpt`` (per layer, exp, b = e, n = e^0.4 ≈ 1.49, both learnable)
-and ``ssa_triton`` (per layer, raw, n = 1.5 learnable, b = 0.8 fixed). With b = 1/m, n = m, m -> ∞, SSA
+and ``ssa_triton`` (per layer, raw, n = 1.5 learnable, b = 0.8 fixed).
+
+Training goes through :class:`SSAWeights` (one autograd node with a hand-written backward); the plain
+autograd path (``forward``) serves attention maps and ``model.attn_impl=eager``. With b = 1/m, n = m, m -> ∞, SSA
 tends to softmax. Unlike softmax it is not shift-invariant.
 """
 
@@ -61,6 +64,51 @@ def ssa_transform(x: torch.Tensor, b: torch.Tensor, n: torch.Tensor) -> torch.Te
     """t(x) = n·sgn(x)·log1p(b|x|) with the exact derivative n·b at x = 0. b, n broadcast against x."""
     s = torch.where(x >= 0, 1.0, -1.0).to(x.dtype)
     return s * n * torch.log1p(b * (s * x))
+
+
+class SSAWeights(torch.autograd.Function):
+    """w = softmax_j(mask(t(x))), t(x) = n·sgn(x)·log1p(b|x|), as one autograd node (the fast path).
+
+    Plain autograd through :func:`ssa_transform` + :func:`masked_softmax` keeps six [B, H, T, S]
+    intermediates and runs about a dozen elementwise kernels backwards. Here the forward works in place
+    and keeps x, t and w; the backward is ATen's fused softmax backward g_t = w ⊙ (g_w − ⟨g_w, w⟩_row),
+    then, in place on g_t,
+
+        ∂t/∂x = n·b / (1 + b|x|),   ∂t/∂b = n·x / (1 + b|x|),   ∂t/∂n = t / n  (= sgn(x)·log1p(b|x|))
+
+    with the per-head sums for b and n taken as batched dot products (bmm of [1, T·S] by [T·S, 1]), so
+    no [B, H, T, S] product is materialised for them. Masked entries have w = 0, hence g_t = 0, and add
+    nothing. x is [B, H, T, S] float32/float64, b and n are [H|1, 1, 1], mask is bool [T, S] (True =
+    visible) or None. Checked against the plain path and with gradcheck (tests/test_fast_paths.py).
+    """
+
+    @staticmethod
+    def forward(ctx, x, b, n, mask):
+        with torch.autocast(x.device.type, enabled=False):  # the maths stays in x's dtype
+            # copysign before the factor n: with param=raw, n may be negative
+            t = x.abs().mul_(b).log1p_().copysign_(x).mul_(n)
+            w = torch.softmax(t if mask is None else t.masked_fill(~mask, float("-inf")), dim=-1)
+        ctx.save_for_backward(x, b, n, t if ctx.needs_input_grad[2] else None, w)
+        return w
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, gw):
+        x, b, n, t, w = ctx.saved_tensors
+        gt = torch._softmax_backward_data(gw.contiguous(), w, -1, w.dtype)  # [B, H, T, S], fresh
+        gb = gn = None
+        if ctx.needs_input_grad[2]:
+            gn = _head_dot(gt, t).sum_to_size(n.shape) / n
+        gt.div_(x.abs().mul_(b).add_(1.0))  # g_t / (1 + b|x|)
+        if ctx.needs_input_grad[1]:
+            gb = _head_dot(gt, x).sum_to_size(b.shape) * n
+        return gt.mul_(n * b), gb, gn, None
+
+
+def _head_dot(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Σ_{t,s} a·c for each (batch, head): [B, H, T, S] x2 -> [B, H, 1, 1], without a temporary."""
+    bsz, h, t, s = a.shape
+    return torch.bmm(a.reshape(bsz * h, 1, t * s), c.reshape(bsz * h, t * s, 1)).view(bsz, h, 1, 1)
 
 
 def inverse_softplus(y: float) -> float:
@@ -119,6 +167,26 @@ class SSA(Scorer):
         b = self.b.view(-1, 1, 1)  # [H|1, 1, 1] broadcasts over [B, H, T, S]
         n = self.n.view(-1, 1, 1)
         return masked_softmax(ssa_transform(x, b, n), mask).to(logits.dtype)
+
+    def attend(self, q, k, v, mask, is_causal=False, need_weights=False):
+        if need_weights:  # the plain path (same numbers, tested), whose weights are the maps
+            return super().attend(q, k, v, mask, is_causal, need_weights)
+        # 1/√d folded into b: t(x/√d) with b equals t(x) with b/√d, which saves a [B, H, T, S] pass
+        x = at_least_float32(q @ k.transpose(-2, -1))  # [B, H, T, S] raw q·k
+        b = self.b.view(-1, 1, 1) * (1.0 / math.sqrt(q.shape[-1]))  # [H|1, 1, 1]
+        w = SSAWeights.apply(x, b.to(x.dtype), self.n.view(-1, 1, 1).to(x.dtype), mask)
+        return w.to(v.dtype) @ v, None
+
+    def score_mod(self):
+        b, n = self.b, self.n  # [H|1], computed once per forward; gradients flow through the capture
+        per_head = b.shape[0] > 1
+
+        def ssa_mod(x, batch, h, q_idx, kv_idx):
+            i = h if per_head else 0
+            s = torch.where(x >= 0, 1.0, -1.0)
+            return s * n[i] * torch.log1p(b[i] * (s * x))
+
+        return ssa_mod
 
     def stats(self):
         return {"b": self.b.detach(), "n": self.n.detach()}
