@@ -175,3 +175,26 @@ def test_compiled_training_matches_eager(tmp_path):
     assert [r["step"] for r in a] == [r["step"] for r in b]
     for ra, rb in zip(a, b):
         assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-4)
+
+
+def test_evaluation_in_one_pass_equals_batch_by_batch():
+    """predict_batches (many grid cells per forward pass, chunked by memory) gives each batch's own
+    predictions, so vectorising the grids changes no number."""
+    from ssa_repro.evaluation import common
+    from ssa_repro.tasks import build_task
+
+    cfg = make_cfg("scorer=ssa", "task=every")
+    model = build_model(cfg.model, cfg.scorer).eval()
+    task = build_task(cfg.task)
+    g = torch.Generator().manual_seed(0)
+    batches = [task.sample(5, 7, g, "cpu") for _ in range(3)]
+    joined = common.predict_batches(model, batches)
+    old = common.MAX_ACTIVATION_ELEMENTS
+    try:
+        common.MAX_ACTIVATION_ELEMENTS = 4 * model.wpe.weight.shape[1] * 14 * 2  # 2 prompts per chunk
+        chunked = common.predict_batches(model, batches)
+    finally:
+        common.MAX_ACTIVATION_ELEMENTS = old
+    for b, p, c in zip(batches, joined, chunked, strict=True):
+        torch.testing.assert_close(p, common.predict(model, b), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(c, p, rtol=1e-5, atol=1e-6)

@@ -23,7 +23,14 @@ import torch
 
 from ssa_repro.distributions import normal
 from ssa_repro.evaluation import plots
-from ssa_repro.evaluation.common import Progress, cell_generator, predict, sample_batches, stat
+from ssa_repro.evaluation.common import (
+    Progress,
+    cell_generator,
+    predict,
+    predict_batches,
+    sample_batches,
+    stat,
+)
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
 
 log = logging.getLogger("ssa_repro.evaluate")
@@ -107,10 +114,17 @@ def quantifier_grid(
                     progress.update(1)
     else:
         for n in lengths:
+            # every σ's prompts of this length in one go (vectorised over cells); the same prompts
+            # as cell by cell, since each cell draws from its own generator
+            cells = {
+                s: list(_batches(task, seed, s, n, n_samples, batch_size, device, reuse_draws))
+                for s in sigmas
+            }
+            preds = iter(predict_batches(model, [b for bs in cells.values() for b in bs]))
             for s in sigmas:
                 seq, tok = [], []
-                for b in _batches(task, seed, s, n, n_samples, batch_size, device, reuse_draws):
-                    pred = predict(model, b)
+                for b in cells[s]:
+                    pred = next(preds)
                     se, te = sequence_and_token_error(task, b, pred, skip_first)
                     if n == longest:
                         per_pos.setdefault(s, []).append(task.error(pred, b.targets))
