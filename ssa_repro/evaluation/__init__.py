@@ -6,6 +6,7 @@ from ssa_repro.evaluation import (  # noqa: F401  (fill the registry)
     deviant,
     linear_grid,
     quantifier_grid,
+    zorro,
 )
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
 
