@@ -158,3 +158,17 @@ def test_table3_layout_aggregates_seeds(tmp_path):
     assert "| binding-principle_a | 75.0 ± 7.1 (2) | 90.0 | 78.25 / 87.9 / 80.2 |" in md
     with pytest.raises(FileNotFoundError, match="eval=zorro"):
         zorro.zorro_table([tmp_path / "nothing"])
+
+
+def test_zorro_table_script(tmp_path, capsys):
+    import importlib.util
+
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("zorro_table_script", ROOT / "scripts" / "zorro_table.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    _results(tmp_path, "softmax", 0, [70, 50, 60])
+    assert script.main([str(tmp_path), "--out", str(tmp_path / "t")]) == 0
+    assert (tmp_path / "t" / "zorro_table.png").exists() and "binding-principle_a" in capsys.readouterr().out
+    assert script.main([str(tmp_path / "none")]) == 2

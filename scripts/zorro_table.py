@@ -1,0 +1,36 @@
+"""The paper's table 3 from Zorro results: ``python scripts/zorro_table.py SWEEP_OR_RUN_DIR ... [--out DIR]``.
+
+Reads ``eval/zorro/results.csv`` under each folder (``python evaluate.py run_dir=... eval=zorro`` writes
+them), aggregates seeds per scorer (mean, sd, count) and writes ``zorro_table.csv``, ``zorro_table.md``
+and ``zorro_table.png``/``.pdf`` (grouped bars, the paper's 12 probes highlighted) into ``--out``
+(default: the first folder given). See ``ssa_repro/evaluation/zorro.py``.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from ssa_repro.evaluation.zorro import METHODS, write_zorro_table, zorro_table  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("paths", nargs="+", help="run folders or sweep folders (searched recursively)")
+    p.add_argument("--method", default="pll", choices=METHODS, help="Zorro score (default: pll)")
+    p.add_argument("--out", default=None, help="output folder (default: the first path)")
+    a = p.parse_args(argv)
+    try:
+        table = zorro_table(a.paths, a.method)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 2
+    files = write_zorro_table(table, Path(a.out or a.paths[0]))
+    print((Path(a.out or a.paths[0]) / "zorro_table.md").read_text())
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
