@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from ssa_repro.evaluation.zorro import METHODS, write_zorro_table, zorro_table  # noqa: E402
+from ssa_repro.evaluation.zorro import METHODS, compare_main  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -21,15 +21,7 @@ def main(argv=None) -> int:
     p.add_argument("--method", default="pll", choices=METHODS, help="Zorro score (default: pll)")
     p.add_argument("--out", default=None, help="output folder (default: the first path)")
     a = p.parse_args(argv)
-    try:
-        table = zorro_table(a.paths, a.method)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"Error: {e}", file=sys.stderr)
-        return 2
-    files = write_zorro_table(table, Path(a.out or a.paths[0]))
-    print((Path(a.out or a.paths[0]) / "zorro_table.md").read_text())
-    print("wrote " + ", ".join(str(f) for f in files))
-    return 0
+    return compare_main(a.paths, a.out, a.method)
 
 
 if __name__ == "__main__":

@@ -172,3 +172,11 @@ def test_zorro_table_script(tmp_path, capsys):
     assert script.main([str(tmp_path), "--out", str(tmp_path / "t")]) == 0
     assert (tmp_path / "t" / "zorro_table.png").exists() and "binding-principle_a" in capsys.readouterr().out
     assert script.main([str(tmp_path / "none")]) == 2
+
+
+def test_mlm_run_dirs_finds_mlm_runs_only(tmp_path):
+    for name, task in (("a", "mlm"), ("b", "linear")):
+        (tmp_path / "sweep" / name).mkdir(parents=True)
+        (tmp_path / "sweep" / name / "config.yaml").write_text(f"task:\n  name: {task}\n")
+    assert zorro.mlm_run_dirs([tmp_path / "sweep"]) == [tmp_path / "sweep" / "a"]
+    assert zorro.mlm_run_dirs([tmp_path / "sweep" / "b"]) == []

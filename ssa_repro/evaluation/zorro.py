@@ -408,6 +408,36 @@ def _result_files(paths) -> list[Path]:
     return found
 
 
+def mlm_run_dirs(paths) -> list[Path]:
+    """Run folders among ``paths`` (or inside them, for sweeps) whose ``config.yaml`` is a task=mlm run:
+    what ``scripts/compare.py`` can test to hand such runs to :func:`compare_main`."""
+    from omegaconf import OmegaConf
+
+    found = []
+    for p in map(Path, paths):
+        for cfg in [p / "config.yaml"] if (p / "config.yaml").exists() else sorted(p.glob("**/config.yaml")):
+            if OmegaConf.load(cfg).get("task", {}).get("name") == "mlm":
+                found.append(cfg.parent)
+    return found
+
+
+def compare_main(paths, out: str | Path | None = None, method: str = "pll") -> int:
+    """Table 3 for ``paths``: writes the table files into ``out`` (default: the first path), prints the
+    markdown; 2 with a message when there are no Zorro results."""
+    import sys
+
+    try:
+        table = zorro_table(paths, method)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 2
+    out = Path(out or paths[0])
+    files = write_zorro_table(table, out)
+    print((out / "zorro_table.md").read_text())
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
 def zorro_table(paths, method: str = "pll") -> pd.DataFrame:
     """The paper's table-3 layout from the ``eval=zorro`` results of run (or sweep) folders: one row per
     paradigm (the paper's 12 first, under its names, then the rest and the means), per scorer the mean
