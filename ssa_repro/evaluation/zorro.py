@@ -281,6 +281,7 @@ def plot_accuracy(results: pd.DataFrame, title: str, path: Path) -> list[Path]:
     """Horizontal bars per paradigm (one colour per method), the paper's 12 probes in bold with a ★;
     error bars are 95% binomial intervals; the dashed line is chance (50%)."""
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     per = results[~results.paradigm.str.startswith("mean (")]
     order = sorted(per.paradigm.unique(), key=lambda p: (not per[per.paradigm == p].reported.iloc[0], p))
@@ -288,6 +289,7 @@ def plot_accuracy(results: pd.DataFrame, title: str, path: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.32 * len(order) * max(1, len(methods)) ** 0.5))
     height = 0.8 / len(methods)
     colors = plt.get_cmap("tab10")
+    handles = []
     for k, method in enumerate(methods):
         part = per[per.method == method].set_index("paradigm").loc[order]
         y = np.arange(len(order)) + (k - (len(methods) - 1) / 2) * height
@@ -297,7 +299,7 @@ def plot_accuracy(results: pd.DataFrame, title: str, path: Path) -> list[Path]:
             ax.plot([lo, hi], [yi, yi], color="black", lw=0.8)
         mean = results[(results.method == method) & results.paradigm.str.startswith("mean (")]
         label = method + "".join(f"; {r.paradigm} {r.value:.1f}" for r in mean.itertuples())
-        ax.barh([], [], color=colors(k), label=label)
+        handles.append(Patch(color=colors(k), label=label))
     labels = []
     for p in order:
         row = per[per.paradigm == p].iloc[0]
@@ -306,12 +308,12 @@ def plot_accuracy(results: pd.DataFrame, title: str, path: Path) -> list[Path]:
     for tick, p in zip(ax.get_yticklabels(), order, strict=True):
         if per[per.paradigm == p].reported.iloc[0]:
             tick.set_fontweight("bold")
-    ax.invert_yaxis()
     ax.axvline(50, color="grey", ls="--", lw=0.8)
     ax.set_xlim(0, 100)
     ax.set_xlabel("accuracy (%): grammatical sentence preferred")
     ax.set_title(title + "\n★ bold: the 12 probes in the paper's table 3", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_ylim(len(order) - 0.5, -0.5)
+    ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.05), frameon=False)
     fig.tight_layout()
     return plots.save(fig, path)
 
