@@ -5,6 +5,7 @@ from ssa_repro.evaluation import (  # noqa: F401  (fill the registry)
     boundary,
     deviant,
     linear_grid,
+    lm,  # eval=lm (task=lm)
     quantifier_grid,
     zorro,
 )
