@@ -48,6 +48,13 @@ class WandbLogger:
         self.run.define_metric("*", step_metric="train/step")
         log.info("W&B %s run %s in %s", mode, run_id, run_dir)
 
+    @classmethod
+    def off(cls) -> WandbLogger:
+        """A logger that logs nothing (data-parallel ranks other than 0)."""
+        self = cls.__new__(cls)
+        self.run = None
+        return self
+
     def log(self, data: dict) -> None:
         if self.run is not None:
             self.run.log(data)

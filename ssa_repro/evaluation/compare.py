@@ -8,7 +8,10 @@ or one multirun folder (``outputs/multirun/<time>/``: every job folder below it,
   model, seed, step, folder name, as needed). A sweep is grouped by the keys overridden in each job's
   ``.hydra/overrides.yaml`` except ``seed``; the seeds of a group are averaged cell-wise (mean, sample
   std with ddof=1, count) and listed in the panel title. Job folders without results (training not
-  finished, or the chosen evaluation not run) are listed and left out; the rest is still compared.
+  finished, failed — a multirun job that stopped with an error leaves ``failed.txt`` — or the chosen
+  evaluation not run) are listed with the reason and left out; the rest is still compared. Job
+  folders are found by ``.hydra/overrides.yaml`` whatever their names (``<num>_<...>`` or the
+  override-named folders of ``conf/train.yaml``).
 - **Evaluation and metric.** ``eval="auto"`` takes the task's full grid (``linear_grid`` /
   ``quantifier_grid``) when every run has it, else the ``quick`` grid every training run writes. The
   metric defaults to ``mse`` (linear) or ``sequence_error`` (every/some); only the model's own rows
@@ -182,6 +185,15 @@ def _read_run(path: Path) -> Run:
     ov = path / ".hydra" / "overrides.yaml"
     overrides = [str(o) for o in (yaml.safe_load(ov.read_text()) or [])] if ov.exists() else None
     return Run(path, cfg, overrides)
+
+
+def _why_missing(run: Run, name: str) -> str:
+    """Why a job folder has no results: failed (its failed.txt), not finished, or not evaluated."""
+    failed = run.path / "failed.txt"
+    if failed.exists() and not run.finished:
+        first = (failed.read_text().splitlines() or [""])[0]
+        return f"failed: {first[:300]}"
+    return "training not finished (no summary.json)" if not run.finished else f"no {name} results"
 
 
 def _run_inside(path: Path) -> Path | None:
@@ -485,11 +497,13 @@ def collect(paths, eval: str = "auto", metric: str | None = None, group_by=None)
 
     used = []
     for r in runs:
-        if r.table(name).exists():
+        # a sweep job that failed, or whose training has not finished, may hold results of an earlier
+        # start (a resume with more steps): those are not its results
+        stale = sweep is not None and not r.finished and (name == "quick" or (r.path / "failed.txt").exists())
+        if r.table(name).exists() and not stale:
             used.append(r)
         else:
-            why = "training not finished (no summary.json)" if not r.finished else f"no {name} results"
-            missing.append((str(r.path), why))
+            missing.append((str(r.path), _why_missing(r, name)))
     frames = {r.path: _read_table(r, name, metric, task) for r in used}
     kind = "linear" if task == "linear" else "quantifier"
     fixed = _check_axes(frames, rows, cols, kind)

@@ -14,13 +14,23 @@ and notebooks call it directly. Everything it writes goes under ``run_dir``:
 
 Resuming (``train.resume=true``, the default, and a checkpoint in ``run_dir``) restores model,
 optimizer, step and RNG states; since prompts come from a saved generator and the curriculum is a
-function of the step, a resumed run reproduces the uninterrupted one exactly (on CPU).
+function of the step, a resumed run reproduces the uninterrupted one exactly (on CPU). A run that
+already finished with the same config (``summary.json`` at ``train.steps``; W&B settings aside) is
+skipped: the call logs "skipped (finished)" and returns its summary, so re-running a sweep only does
+the jobs that are missing or interrupted. SIGTERM / SIGUSR2 (preemption) save a checkpoint after the
+step in flight before the process ends (``ssa_repro/training/distributed.py``).
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) the model is trained data-parallel: ``train.batch_size`` is per
+process, rank r draws its prompts from ``data_seed(seed) + r``, and only rank 0 writes anything; see
+``ssa_repro/training/distributed.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -32,7 +42,7 @@ from ssa_repro import curriculum, provenance, validate
 from ssa_repro.evaluation.quick import evaluate_quick
 from ssa_repro.models import build_model, count_parameters
 from ssa_repro.tasks import build_task
-from ssa_repro.training import checkpoint
+from ssa_repro.training import checkpoint, distributed
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
 from ssa_repro.wandb_logger import WandbLogger
 
@@ -78,6 +88,11 @@ def resolve_device(name) -> torch.device:
 def data_seed(seed: int) -> int:
     """The prompt generator's seed: a different stream from the one that initialises the weights."""
     return (seed * 0x9E3779B1 + 0x7F4A7C15) % (2**63)
+
+
+def rank_data_seed(seed: int, rank: int) -> int:
+    """Rank ``rank``'s prompt stream in a data-parallel run (rank 0's is the single-process one)."""
+    return (data_seed(seed) + rank) % (2**63)
 
 
 def plain(cfg: DictConfig) -> dict:
@@ -148,6 +163,12 @@ def preflight(cfg: DictConfig, run_dir: str | Path) -> dict | None:
         bad.append(
             f"device: checkpoint was written on {there}, this run would be on {here} (set device={there})"
         )
+    saved_world = len(state["rng"].get("data_ranks") or [None])
+    if saved_world != distributed.world_size():
+        bad.append(
+            f"processes: checkpoint was written by {saved_world} (data-parallel ranks), this run has "
+            f"{distributed.world_size()}; resume with the same number of processes"
+        )
     if bad:
         raise validate.ConfigError(
             f"cannot resume {ckpt_path}: the config differs from the checkpoint's in\n  - "
@@ -157,20 +178,64 @@ def preflight(cfg: DictConfig, run_dir: str | Path) -> dict | None:
     return state
 
 
+def _without_logger(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k != "logger"}
+
+
+def finished_summary(cfg: DictConfig, run_dir: str | Path, state: dict | None) -> dict | None:
+    """The summary of the run in ``run_dir`` if it already finished this config's training (and
+    evaluation), else None. Only W&B settings may differ; more steps, or another evaluation, is work."""
+    run_dir = Path(run_dir)
+    summary_path, config_path = run_dir / "summary.json", run_dir / "config.yaml"
+    if state is None or not cfg.train.resume or not summary_path.exists() or not config_path.exists():
+        return None
+    try:
+        summary = json.loads(summary_path.read_text())
+        saved = OmegaConf.to_container(OmegaConf.load(config_path))
+    except Exception:  # noqa: BLE001  (a damaged file: do the work again)
+        return None
+    steps = cfg.train.steps
+    if summary.get("steps") != steps or int(state["step"]) != steps:
+        return None
+    return summary if _without_logger(saved) == _without_logger(plain(cfg)) else None
+
+
 def train(cfg: DictConfig, run_dir: str | Path) -> dict:
     """Train (or continue training) the configured model in ``run_dir``; return the summary."""
     state = preflight(cfg, run_dir)  # every bad value reported before anything is written
     run_dir = Path(run_dir)
+    done = finished_summary(cfg, run_dir, state)
+    if done is not None:
+        if distributed.world_size() <= 1 or int(os.environ.get("RANK", "0")) == 0:
+            log.info(
+                "%s: skipped (finished): %s holds %d steps and its evaluation",
+                done.get("name"),
+                run_dir,
+                done["steps"],
+            )
+        return done
     ckpt_path = run_dir / "checkpoints" / "last.pt"
     config = plain(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    handler = _add_file_log(run_dir)
     device = resolve_device(cfg.device)
-    OmegaConf.save(config, run_dir / "config.yaml")
-    prov_path = run_dir / "provenance.json"
-    records = json.loads(prov_path.read_text()) if (state and prov_path.exists()) else []
-    records.append({**provenance.collect(device), "resumed_from_step": state["step"] if state else None})
-    prov_path.write_text(json.dumps(records, indent=2) + "\n")
+    dd = distributed.setup(device.type)
+    if dd.enabled and device.type == "cuda":
+        device = torch.device("cuda", dd.local_rank)
+    main = dd.main  # only rank 0 writes
+    handler = None
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        handler = _add_file_log(run_dir)
+        OmegaConf.save(config, run_dir / "config.yaml")
+        prov_path = run_dir / "provenance.json"
+        records = json.loads(prov_path.read_text()) if (state and prov_path.exists()) else []
+        records.append(
+            {
+                **provenance.collect(device),
+                "resumed_from_step": state["step"] if state else None,
+                "processes": dd.world,
+            }
+        )
+        prov_path.write_text(json.dumps(records, indent=2) + "\n")
 
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
@@ -180,7 +245,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
     # autocast for forward + loss only; weights, gradients and optimizer state stay float32
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=_value(tr.precision) == "bf16")
     gen = torch.Generator(device=device)
-    gen.manual_seed(data_seed(cfg.seed))
+    gen.manual_seed(rank_data_seed(cfg.seed, dd.rank))
     # Losses stay on the device between checks (no per-step host sync on GPU); a check finds the first
     # non-finite one and names its step. The window is saved with checkpoints, so the metrics row after
     # a resume averages the same steps as without one.
@@ -189,31 +254,40 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
     if state is not None:
         model.load_state_dict(state["model"])  # strict: a missing scorer parameter is an error
         opt.load_state_dict(state["optimizer"])
-        gen.set_state(state["rng"]["data"])
+        ranks = state["rng"].get("data_ranks")
+        gen.set_state(ranks[dd.rank] if ranks else state["rng"]["data"])
         torch.set_rng_state(state["rng"]["torch"])
         if device.type == "cuda" and state["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state(state["rng"]["cuda"], device)
         step = int(state["step"])
         filled = len(state["loss_window"])
         window[:filled] = state["loss_window"].to(device)
-        log.info("resuming from %s at step %d", ckpt_path, step)
+        if main:
+            log.info("resuming from %s at step %d", ckpt_path, step)
     metrics_path = run_dir / "metrics.jsonl"
-    _truncate_metrics(metrics_path, step)
-    forward = model
+    if main:
+        _truncate_metrics(metrics_path, step)
+    forward = ddp = model
+    if dd.enabled:  # gradients averaged over ranks; `model` stays the plain module (state_dict, eval)
+        ddp = forward = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     if tr.compile:  # compiles the forward only: state_dict keys, checkpoints and eval stay the same
-        forward = torch.compile(model)
+        forward = torch.compile(forward)
 
     n_params = count_parameters(model)
     name = f"{cfg.task.name}-{cfg.scorer.label}-{cfg.model.name}-s{cfg.seed}"
-    log.info(
-        "%s: %s parameters on %s, %d steps, run folder %s",
-        name,
-        f"{n_params:,}",
-        device,
-        cfg.train.steps,
-        run_dir,
-    )
-    wb = WandbLogger(cfg.logger, run_dir, config, name)
+    if main:
+        log.info(
+            "%s: %s parameters on %s, %d steps, run folder %s%s",
+            name,
+            f"{n_params:,}",
+            device,
+            cfg.train.steps,
+            run_dir,
+            f" ({dd.world} processes, batch {tr.batch_size} each)" if dd.enabled else "",
+        )
+    wb = WandbLogger(cfg.logger, run_dir, config, name) if main else WandbLogger.off()
     last_good = step if state else None
 
     def check_finite(at: int) -> None:
@@ -234,6 +308,10 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
                 f"non-finite weights after step {at}; training stopped; last good "
                 f"checkpoint: {ckpt_path} (step {last_good})"
             )
+        gen_states = dd.gather(gen.get_state().cpu())  # every rank's prompt stream (collective)
+        last_good = at
+        if not main:
+            return
         payload = {
             "step": at,
             "device_type": device.type,
@@ -242,6 +320,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
             "optimizer": opt.state_dict(),
             "rng": {
                 "data": gen.get_state(),
+                "data_ranks": gen_states if dd.enabled else None,
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
             },
@@ -250,11 +329,20 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
         checkpoint.save(ckpt_path, payload)
         if cfg.train.keep_every and at % cfg.train.keep_every == 0:
             checkpoint.save(ckpt_path.with_name(f"step_{at:07d}.pt"), payload)
-        last_good = at
+
+    def preempted() -> bool:
+        """A preemption signal arrived (on any rank: decided together, every 10 steps under DDP)."""
+        if not dd.enabled:
+            return guard.received is not None
+        if step % 10:
+            return False
+        flag = torch.tensor([0.0 if guard.received is None else 1.0], device=device)
+        return bool(dd.mean(flag).item() > 0)
 
     t0 = t_window = time.perf_counter()
     steps_at_window = step
     exit_code = 1
+    guard = distributed.PreemptionGuard().__enter__()
     try:
         model.train()
         while step < cfg.train.steps:
@@ -263,10 +351,15 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
             loss = torch.zeros((), device=device)
             for micro in range(tr.grad_accum):
                 batch = task.train_batch(step * tr.grad_accum + micro, tr.batch_size, n, gen, device)
-                with autocast:
-                    micro_loss = task.training_loss(forward, batch) / tr.grad_accum
-                micro_loss.backward()
+                sync = contextlib.nullcontext()
+                if dd.enabled and micro < tr.grad_accum - 1:
+                    sync = ddp.no_sync()  # gradients are averaged over ranks once, at the last micro-batch
+                with sync:
+                    with autocast:
+                        micro_loss = task.training_loss(forward, batch) / tr.grad_accum
+                    micro_loss.backward()
                 loss += micro_loss.detach().float()
+            dd.mean(loss)  # the global batch's loss (the same on every rank)
             if tr.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tr.grad_clip)
             opt.step()
@@ -285,11 +378,12 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
                     "n_points": n,
                     "lr": opt.param_groups[0]["lr"],
                     "steps_per_sec": rate,
-                    "examples_per_sec": rate * tr.batch_size * tr.grad_accum,
+                    "examples_per_sec": rate * tr.batch_size * tr.grad_accum * dd.world,
                     "elapsed_s": now - t0,
                 }
-                _log_row(row, model.scorer_stats(), metrics_path, wb)
-                log.info(
+                if main:
+                    _log_row(row, model.scorer_stats(), metrics_path, wb)
+                (log.info if main else log.debug)(
                     "step %d/%d (%.0f%%) | loss %.4g | n_points %d | %.1f steps/s | ETA %s",
                     step,
                     cfg.train.steps,
@@ -300,16 +394,28 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
                     _fmt_time((cfg.train.steps - step) / max(rate, 1e-9)),
                 )
                 filled, t_window, steps_at_window = 0, now, step
-            if step % cfg.train.ckpt_interval == 0 or done:
+            saved = step % cfg.train.ckpt_interval == 0 or done
+            if saved:
                 save_checkpoint(step)
+            if not done and preempted():
+                if not saved:
+                    save_checkpoint(step)
+                if main:
+                    log.warning("signal %d: checkpoint saved at step %d", guard.received or 0, step)
+                guard.hand_on()
 
         summary = {
             "name": name,
             "steps": step,
             "parameters": n_params,
             "device": str(device),
+            "processes": dd.world,
             "train_seconds_this_start": time.perf_counter() - t0,
         }
+        if not main:  # rank 0 evaluates (same prompts as a single process) and writes
+            dd.barrier()
+            exit_code = 0
+            return summary
         rows = read_metrics(metrics_path)
         if rows:
             summary["final_loss"] = rows[-1]["loss"]
@@ -325,13 +431,16 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
                 wb.log_table(f"eval/{table.stem}", pd.read_csv(table))
             log.info("evaluation: %s", json.dumps(summary["eval"].get("in_distribution")))
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        dd.barrier()
         exit_code = 0
         return summary
     finally:
+        guard.__exit__()
         wb.finish(exit_code)
         if handler is not None:
             logging.getLogger().removeHandler(handler)
             handler.close()
+        dd.close()
 
 
 def _log_row(row: dict, stats: dict, metrics_path: Path, wb: WandbLogger) -> None:

@@ -1,0 +1,256 @@
+"""Sweeps: Hydra multirun with the basic, joblib and submitit-local launchers into a temp sweep dir; job
+folders named by their overrides; one W&B run per job; a failing job leaves the others intact and is
+reported; a re-run skips finished jobs; presets compose; SIGTERM saves a checkpoint; compare.py reads
+the sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from ssa_repro.evaluation import compare
+from ssa_repro.hydra_app import MAX_DIR, job_dir
+from ssa_repro.training import checkpoint
+from ssa_repro.validate import check
+from tests.conftest import CONF, ROOT, TINY
+
+# The tiny run of conftest, logging to W&B offline (the point of some checks here).
+ARGS = [a for a in TINY if not a.startswith("logger.")] + ["logger.mode=offline"]
+PAPER_SIZES = [
+    "1L1AH",
+    "1L2AH",
+    "1L4AH",
+    "2L1AH",
+    "2L2AH",
+    "2L4AH",
+    "3L1AH",
+    "3L2AH",
+    "3L4AH",
+    "6L4AH",
+    "12L8AH",
+    "18L8AH",
+]
+
+
+def _train(*args, timeout=300, env=None):
+    return subprocess.run(
+        [sys.executable, "train.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", **(env or {})},
+    )
+
+
+def _jobs(sweep: Path) -> dict[str, Path]:
+    """Job folders of a sweep by their seed (from the job's own config.yaml)."""
+    out = {}
+    for cfg in sweep.glob("*/config.yaml"):
+        out[f"seed={OmegaConf.load(cfg).seed}"] = cfg.parent
+    return out
+
+
+def _wandb_runs(job: Path) -> list[Path]:
+    return [p for p in (job / "wandb").glob("offline-run-*") if p.is_dir()]
+
+
+def _check_two_jobs(sweep: Path, proc) -> dict[str, Path]:
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    jobs = _jobs(sweep)
+    assert set(jobs) == {"seed=0", "seed=1"}
+    assert jobs["seed=0"] != jobs["seed=1"] and all(p.name.endswith(s) for s, p in jobs.items())
+    ids = set()
+    for seed, job in jobs.items():
+        assert (job / "eval" / "quick" / "grid.csv").stat().st_size > 0
+        assert json.loads((job / "summary.json").read_text())["steps"] == 6
+        cfg = OmegaConf.load(job / "config.yaml")
+        assert cfg.logger.group == sweep.name  # one W&B group per sweep
+        assert seed in cfg.logger.tags  # tagged with the job's overridden keys
+        runs = _wandb_runs(job)
+        assert len(runs) == 1, runs  # one W&B run per job, in the job's folder
+        data = b"".join(p.read_bytes() for p in runs[0].glob("*.wandb"))
+        assert seed.encode() in data and sweep.name.encode() in data  # tag and group recorded
+        ids.add((job / "wandb_id.txt").read_text().strip())
+    assert len(ids) == 2  # not every job logging into one run
+    return jobs
+
+
+# ------------------------------------------------------------------------------------------- names
+
+
+def test_job_folder_names():
+    ov = ["scorer=ssa", "+sweep/size=1L1AH", "logger.mode=offline", "data.root=/a/b c"]
+    ex = ["seed", "logger.mode"]
+    assert job_dir(ov, ex, 3) == "data.root=_a_b_c,scorer=ssa,size=1L1AH,seed=3"
+    assert job_dir([], ex, 0) == "seed=0"  # the seed is always in the name
+    long = [f"key{i}=value{i}" for i in range(40)]
+    a, b = job_dir(long, [], 0), job_dir([*long[:-1], "key39=other"], [], 0)
+    assert len(a) <= MAX_DIR and a != b and re.search(r"~[0-9a-f]{10},seed=0$", a)  # cut, hashed
+
+
+def test_swept_keys_come_first(monkeypatch):
+    monkeypatch.setenv("SSA_SWEEP_KEYS", "scorer")
+    assert job_dir(["a.b=1", "scorer=ssa"], [], 0) == "scorer=ssa,a.b=1,seed=0"
+
+
+# ----------------------------------------------------------------------------------------- presets
+
+
+def _compose_hydra(*overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("train", overrides=list(overrides), return_hydra_config=True)
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (CONF / "sweep").glob("*.yaml")))
+def test_sweep_presets_compose_as_multiruns(preset):
+    cfg = _compose_hydra(f"sweep={preset}")
+    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
+    assert cfg.hydra.sweeper.params and "scorer" in cfg.hydra.sweeper.params
+    assert "${now:" not in OmegaConf.to_container(cfg.hydra.sweep)["dir"]  # a re-run finds its folders
+    check(cfg)
+
+
+def test_paper_ablation_lists_the_papers_sizes():
+    cfg = _compose_hydra("sweep=paper_ablation")
+    assert cfg.hydra.sweeper.params["+sweep/size"].split(",") == PAPER_SIZES
+    assert sorted(p.stem for p in (CONF / "sweep" / "size").glob("*.yaml")) == sorted(PAPER_SIZES)
+    for size in PAPER_SIZES:
+        for extra in ([], ["experiment=paper_linear"]):
+            job = _compose_hydra("sweep=paper_ablation", f"+sweep/size={size}", *extra)
+            layers, heads = size[:-2].split("L")
+            assert (job.model.n_layer, job.model.n_head) == (int(layers), int(heads))
+            check(job)
+
+
+def test_train_sigma_values_validate():
+    cfg = _compose_hydra("sweep=train_sigma", "task=every")
+    for std in str(cfg.hydra.sweeper.params["task.x_dist.std"]).split(","):
+        check(_compose_hydra("sweep=train_sigma", "task=every", f"task.x_dist.std={std}"))
+
+
+# ---------------------------------------------------------------------------------------- launchers
+
+
+@pytest.mark.slow
+def test_basic_multirun_failure_rerun_and_compare(tmp_path, capsys):
+    """Two jobs; then one job's checkpoint is broken and the sweep re-run: the finished job is skipped
+    and untouched, the broken one fails and is reported (failed.txt, exit code, compare.py); then the
+    cause is removed and the third run only does that job."""
+    sweep = tmp_path / "sweep"
+    cmd = ["-m", "seed=0,1", *ARGS, f"hydra.sweep.dir={sweep}"]
+    jobs = _check_two_jobs(sweep, _train(*cmd))
+
+    ok, bad = jobs["seed=0"], jobs["seed=1"]
+    (bad / "summary.json").unlink()  # as if it had been interrupted ...
+    ckpt = bad / "checkpoints" / "last.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:100])  # ... while writing a checkpoint (by hand: not atomic)
+    before = {p: p.read_bytes() for p in ok.rglob("*") if p.is_file() and ".hydra" not in p.parts}
+    proc = _train(*cmd)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0  # the sweep reports the failure ...
+    assert "skipped (finished)" in out and "failed" in out and "truncated or not a torch checkpoint" in out
+    after = {p: p.read_bytes() for p in ok.rglob("*") if p.is_file() and ".hydra" not in p.parts}
+    assert after.keys() == before.keys()
+    changed = [p.name for p in before if before[p] != after[p]]
+    assert changed == ["train.log"], changed  # ... the finished job only logged "skipped (finished)"
+    assert "CheckpointError" in (bad / "failed.txt").read_text()
+
+    comp = compare.collect([sweep])  # whatever finished is compared; the failed job is listed
+    assert [g.seeds for g in comp.groups] == [[0]]
+    assert comp.missing == [(str(bad), comp.missing[0][1])] and comp.missing[0][1].startswith("failed: ")
+    assert compare.main([str(sweep)]) == 0
+    assert "failed: " in (sweep / "compare" / "summary.md").read_text()
+    capsys.readouterr()
+
+    ckpt.unlink()
+    proc = _train(*cmd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (proc.stdout + proc.stderr).count("skipped (finished)") == 1
+    assert not (bad / "failed.txt").exists() and (bad / "summary.json").exists()
+    comp = compare.collect([sweep])
+    assert [g.seeds for g in comp.groups] == [[0, 1]] and comp.missing == []
+
+
+@pytest.mark.slow
+def test_joblib_multirun_two_jobs_two_wandb_runs(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = _train(
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "seed=0,1",
+        *ARGS,
+        f"hydra.sweep.dir={sweep}",
+    )
+    _check_two_jobs(sweep, proc)
+    assert "Joblib.Parallel" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_submitit_local_multirun(tmp_path):
+    """submitit's local executor stands in for SLURM: same folders and results."""
+    sweep = tmp_path / "sweep"
+    proc = _train(
+        "-m",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=5",
+        "seed=0,1",
+        *ARGS,
+        f"hydra.sweep.dir={sweep}",
+    )
+    _check_two_jobs(sweep, proc)
+    assert (sweep / ".submitit").is_dir()
+
+
+# -------------------------------------------------------------------------------------- preemption
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2])
+def test_preemption_signal_saves_a_checkpoint_and_resume_matches(tmp_path, sig):
+    """SIGTERM / SIGUSR2 mid-run, long before the next checkpoint interval: the run saves the step it
+    is at and exits with 128 + signal; resumed, it ends exactly where an uninterrupted run ends."""
+    args = [a for a in TINY if not a.startswith("train.")] + [
+        "train.batch_size=8",
+        "train.steps=400",
+        "train.log_interval=10",
+        "train.ckpt_interval=100000",
+        "evaluation.enabled=false",
+    ]
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", *args, f"hydra.run.dir={run}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 120
+    while proc.poll() is None and time.time() < deadline and not metrics.exists():
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == 128 + sig
+    step = checkpoint.load(run / "checkpoints" / "last.pt")["step"]
+    assert 10 <= step < 400, step  # saved on the signal, far from the 100000-step interval
+    assert f"signal {int(sig)}: checkpoint saved at step {step}" in (run / "train.log").read_text()
+    for d in (run, ref):
+        subprocess.run(
+            [sys.executable, "train.py", *args, f"hydra.run.dir={d}"], cwd=ROOT, env=env, check=True
+        )
+    a, b = (checkpoint.load(d / "checkpoints" / "last.pt") for d in (ref, run))
+    assert a["step"] == b["step"] == 400
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
