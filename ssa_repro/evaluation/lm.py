@@ -233,9 +233,13 @@ def lm_table_frames(runs: list[tuple[str, pd.DataFrame, pd.DataFrame]]) -> pd.Da
         table[row][col] = text
 
     shots = sorted({int(s) for _, _, res in runs for s in res["shots"].unique()}) if runs else []
-    for label, ppl, _ in runs:
+    for label, ppl, _ in runs:  # perplexities do not depend on shots: in the first shot columns
         for r in ppl.itertuples():
-            put(f"perplexity: {r.split}", f"{label}", f"{r.perplexity:.2f}")
+            put(
+                f"perplexity: {r.split}",
+                f"{shots[0]}-shot {label}" if shots else label,
+                f"{r.perplexity:.2f}",
+            )
     for k in shots:
         for label, _, res in runs:
             sub = res[res.shots == k]
@@ -281,3 +285,29 @@ def lm_table(run_dirs: list[str | Path], out: str | Path | None = None) -> pd.Da
         frame.to_csv(out.with_suffix(".csv"))
         out.with_suffix(".md").write_text(_markdown(frame) + "\n")
     return frame
+
+
+def lm_run_dirs(paths: list[str | Path]) -> list[Path]:
+    """Run folders holding ``eval/lm/summary.json`` under each path (a run or a sweep folder)."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        hits = [p] if (p / "eval" / "lm" / "summary.json").exists() else []
+        hits = hits or sorted(s.parents[2] for s in p.rglob("eval/lm/summary.json"))
+        found += [h for h in hits if h not in found]
+    return found
+
+
+def compare_main(paths: list[str | Path], out: str | Path | None = None) -> int:
+    """``scripts/lm_table.py`` (and the hook for ``scripts/compare.py``): table 2 for the ``eval=lm``
+    runs found under ``paths``, written to ``<out>/lm_table.csv`` and ``.md`` and printed."""
+    runs = lm_run_dirs(paths)
+    if not runs:
+        print(
+            f"no eval/lm results under {', '.join(map(str, paths))}: run python evaluate.py run_dir=... eval=lm"
+        )
+        return 1
+    folder = Path(out) if out else Path(paths[0])
+    frame = lm_table(runs, folder / "lm_table")
+    print(_markdown(frame))
+    print(f"\nwritten: {folder / 'lm_table.csv'}, {folder / 'lm_table.md'}")
+    return 0

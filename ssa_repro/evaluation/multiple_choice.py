@@ -62,16 +62,24 @@ class TokenLM:
                 inp = torch.zeros(len(idx), width, dtype=torch.long)
                 for r, t in enumerate(toks):
                     inp[r, : len(t) - 1] = torch.tensor(t[:-1])
-                logp = torch.log_softmax(self.model(inp.to(self.device)).float(), -1).cpu()
+                logits = self.model(inp.to(self.device))  # [b, width, V]
+                # log-softmax only at the continuation positions (not over all b × width × V)
+                rows, pos, target, lens = [], [], [], []
                 for r, (i, t) in enumerate(zip(idx, toks)):
                     n = min(seqs[i][1], len(t) - 1)
-                    pos = torch.arange(len(t) - 1 - n, len(t) - 1)
-                    target = torch.tensor(t[-n:])
-                    lp = logp[r, pos]
-                    out[i] = (
-                        float(lp.gather(1, target[:, None]).sum()),
-                        bool((lp.argmax(-1) == target).all()),
-                    )
+                    rows += [r] * n
+                    pos += range(len(t) - 1 - n, len(t) - 1)
+                    target += t[-n:]
+                    lens.append(n)
+                sel = logits[torch.tensor(rows), torch.tensor(pos)].float().cpu()  # [sum n, V]
+                lp = torch.log_softmax(sel, -1)
+                target = torch.tensor(target)
+                tok_lp = lp.gather(1, target[:, None])[:, 0]
+                hit = lp.argmax(-1) == target
+                start = 0
+                for i, n in zip(idx, lens):
+                    out[i] = (float(tok_lp[start : start + n].sum()), bool(hit[start : start + n].all()))
+                    start += n
         finally:
             self.model.train(was_training)
         return out
