@@ -286,3 +286,53 @@ def test_lm_eval_adapter_matches_builtin_scorer(tmp_path):
         mine = mc.score_task(lm, name, mc.load_items(SHARED, name, limit=4))
         assert res[name]["acc"][0] == pytest.approx(mine["acc"][0]), name
         assert res[name]["n"] == 4
+
+
+# ------------------------------------------------------------------ eval=lm and the table
+@pytest.mark.slow
+@needs_shared
+def test_eval_lm_end_to_end_and_table(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from ssa_repro.evaluation import app
+    from ssa_repro.evaluation.lm import compare_main, lm_table
+    from tests.conftest import CONF
+
+    root = tiny_root(tmp_path)
+    (root / "lm_eval").mkdir()
+    for name in ("copa", "arc_easy", "lambada_openai"):
+        lines = (SHARED / "lm_eval" / f"{name}.jsonl").read_text().splitlines()[:4]
+        (root / "lm_eval" / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    run = tmp_path / "run"
+    train(lm_cfg(root, tmp_path, "train.steps=2", "evaluation.enabled=false"), run)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            "evaluate",
+            overrides=[
+                f"run_dir={run}",
+                "eval=lm",
+                "eval.limit=3",
+                "eval.backend=builtin",
+                "eval.tasks=[copa,arc_easy,lambada_openai]",
+                "eval.num_fewshot=[0,1]",
+                "wandb=false",
+            ],
+        )
+    summary = app.main(cfg)
+    assert set(summary["perplexity"]) == {"heldout", "valid", "test"}
+    assert "CB" in summary["unavailable_offline"]
+    out = run / "eval" / "lm"
+    ppl = __import__("pandas").read_csv(out / "perplexity.csv")
+    assert ppl.whole_stream.all() and (ppl.perplexity > 1).all() and ppl.word_perplexity.notna().all()
+    res = __import__("pandas").read_csv(out / "results.csv")
+    assert set(res.task) == {"copa", "arc_easy", "lambada_openai"} and set(res.shots) == {0, 1}
+    assert (res.n == 3).all()
+    table = lm_table([run, run], tmp_path / "t" / "lm_table")
+    assert list(table.columns) == [
+        "0-shot softmax",
+        "0-shot softmax (run)",
+        "1-shot softmax",
+        "1-shot softmax (run)",
+    ]
+    assert (tmp_path / "t" / "lm_table.md").exists()
+    assert compare_main([tmp_path / "nothing_here"]) == 1
