@@ -45,6 +45,7 @@ class LMEvalConfig(EvalConfig):
     name: str = "lm"
     splits: list[str] = field(default_factory=lambda: ["heldout", "valid", "test"])
     stride: int | None = None  # null: non-overlapping windows of task.context tokens
+    max_tokens: int | None = None  # score only about the first this many tokens of each split (null: all)
     ppl_batch_size: int = 8
     tasks: list[str] = field(default_factory=lambda: list(PAPER_TASKS))  # + piqa, winogrande
     num_fewshot: list[int] = field(default_factory=lambda: [0, 3])
@@ -158,6 +159,8 @@ class LMEval:
             out.append(f"eval.num_fewshot={list(cfg.num_fewshot)} must be >= 0")
         if cfg.stride is not None and not 1 <= cfg.stride <= run_cfg.task.context:
             out.append(f"eval.stride={cfg.stride} must be in [1, task.context={run_cfg.task.context}]")
+        if cfg.max_tokens is not None and cfg.max_tokens < 1:
+            out.append(f"eval.max_tokens={cfg.max_tokens} must be >= 1 or null (whole streams)")
         if cfg.limit is not None and cfg.limit < 1:
             out.append(f"eval.limit={cfg.limit} must be >= 1 or null (all items)")
         if getattr(cfg.backend, "value", cfg.backend) == "lm_eval" and not lm_eval_adapter.available():
@@ -179,7 +182,9 @@ class LMEval:
             list(cfg.splits),
             stride=cfg.stride,
             batch_size=cfg.ppl_batch_size,
-            max_windows=None,
+            max_windows=None
+            if cfg.max_tokens is None
+            else -(-cfg.max_tokens // (cfg.stride or task.cfg.context)),
             device=run.device,
             base={"task": "lm", **base},
         )
