@@ -28,7 +28,8 @@ test-fast: $(STAMP)  ## the suite without the slow end-to-end checks
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
-bench: $(STAMP)  ## training-step timings, softmax vs SSA (scripts/bench.py)
+bench: $(STAMP)  ## speed table: ours vs HF GPT2Model, softmax vs SSA, % of matmul peak (scripts/bench.py)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) scripts/bench.py
 
 report: $(STAMP)  ## the scorer report: saturation table, base functions, cost (outputs/scorer_report/)
