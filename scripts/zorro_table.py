@@ -3,7 +3,8 @@
 Reads ``eval/zorro/results.csv`` under each folder (``python evaluate.py run_dir=... eval=zorro`` writes
 them), aggregates seeds per scorer (mean, sd, count) and writes ``zorro_table.csv``, ``zorro_table.md``
 and ``zorro_table.png``/``.pdf`` (grouped bars, the paper's 12 probes highlighted) into ``--out``
-(default: the first folder given). See ``ssa_repro/evaluation/zorro.py``.
+(default: the first folder given when it is a sweep, else ``zorro_table/`` beside that run). See
+``ssa_repro/evaluation/zorro.py``.
 """
 
 import argparse
@@ -19,7 +20,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("paths", nargs="+", help="run folders or sweep folders (searched recursively)")
     p.add_argument("--method", default="pll", choices=METHODS, help="Zorro score (default: pll)")
-    p.add_argument("--out", default=None, help="output folder (default: the first path)")
+    p.add_argument("--out", default=None, help="output folder (default: the first path, if a sweep)")
     a = p.parse_args(argv)
     return compare_main(a.paths, a.out, a.method)
 

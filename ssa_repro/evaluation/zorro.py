@@ -424,8 +424,9 @@ def mlm_run_dirs(paths) -> list[Path]:
 
 
 def compare_main(paths, out: str | Path | None = None, method: str = "pll") -> int:
-    """Table 3 for ``paths``: writes the table files into ``out`` (default: the first path), prints the
-    markdown; 2 with a message when there are no Zorro results."""
+    """Table 3 for ``paths``: writes the table files into ``out`` (default: the first path when it is a
+    sweep folder, else ``zorro_table/`` beside that run), prints the markdown; 2 with a message when
+    there are no Zorro results."""
     import sys
 
     try:
@@ -433,7 +434,10 @@ def compare_main(paths, out: str | Path | None = None, method: str = "pll") -> i
     except (FileNotFoundError, ValueError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 2
-    out = Path(out or paths[0])
+    if out is None:  # a sweep folder; never inside a run folder (next to it instead)
+        out = Path(paths[0])
+        out = out.parent / "zorro_table" if (out / "config.yaml").exists() else out
+    out = Path(out)
     files = write_zorro_table(table, out)
     print((out / "zorro_table.md").read_text())
     print("wrote " + ", ".join(str(f) for f in files))
