@@ -150,6 +150,47 @@ class ValidateFirst(Callback):
             )
 
 
+class EvaluateAfterTraining(Callback):
+    """Run ``evaluate.py``'s evaluations on each job's run folder when its training succeeded, in the
+    job's own process, so a sweep's full grids exist without a second pass:
+    ``hydra.callbacks.evaluate.evals=[default]`` (the task's paper grid; or ``linear_grid``,
+    ``quantifier_grid``, ``deviant``, ...), ``hydra.callbacks.evaluate.overrides=[eval.n_samples=10]``
+    for every one of them. Off by default (``evals: []``): the end-of-run ``evaluation`` grid
+    (``eval/quick/``) is always there. A finished evaluation is cached (re-runs are cheap); one that
+    fails is logged and leaves the training results as they are."""
+
+    def __init__(self, evals=(), overrides=()):
+        self.evals, self.overrides = list(evals or []), list(overrides or [])
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.utils import JobStatus
+
+        if not self.evals or getattr(job_return, "status", None) != JobStatus.COMPLETED:
+            return
+        from ssa_repro.evaluation import app
+
+        run_dir = Path(config.hydra.runtime.output_dir)
+        loader = GlobalHydra.instance().config_loader()
+        for name in self.evals:
+            try:
+                cfg = loader.load_configuration(
+                    "evaluate",
+                    overrides=[
+                        f"run_dir='{run_dir}'",
+                        f"eval={name}",
+                        *self.overrides,
+                    ],  # quoted: = and , in names
+                    run_mode=RunMode.RUN,
+                )
+                with open_dict(cfg):
+                    del cfg["hydra"]
+                log.info("evaluating %s: eval=%s", run_dir, name)
+                app.main(cfg)
+            except (Exception, SystemExit) as e:  # noqa: BLE001  (the job's training results stay)
+                log.error("evaluation %s of %s failed: %s", name, run_dir, e)
+
+
 def main(cfg: DictConfig) -> dict:
     from ssa_repro.training.trainer import TrainingDiverged, train
 

@@ -78,9 +78,9 @@ def _check_two_jobs(sweep: Path, proc) -> dict[str, Path]:
         cfg = OmegaConf.load(job / "config.yaml")
         assert cfg.logger.group == sweep.name  # one W&B group per sweep
         assert seed in cfg.logger.tags  # tagged with the job's overridden keys
-        runs = _wandb_runs(job)
-        assert len(runs) == 1, runs  # one W&B run per job, in the job's folder
-        data = b"".join(p.read_bytes() for p in runs[0].glob("*.wandb"))
+        runs = _wandb_runs(job)  # evaluations after training add offline folders of the same run
+        assert len({p.name.rsplit("-", 1)[1] for p in runs}) == 1, runs  # one W&B run per job
+        data = b"".join(p.read_bytes() for p in sorted(runs)[0].glob("*.wandb"))
         assert seed.encode() in data and sweep.name.encode() in data  # tag and group recorded
         ids.add((job / "wandb_id.txt").read_text().strip())
     assert len(ids) == 2  # not every job logging into one run
@@ -184,7 +184,9 @@ def test_basic_multirun_failure_rerun_and_compare(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_joblib_multirun_two_jobs_two_wandb_runs(tmp_path):
+def test_joblib_multirun_two_jobs_two_wandb_runs_and_full_grids(tmp_path):
+    """joblib workers; each job also runs evaluate.py's linear_grid (small) at its end, so compare.py
+    picks the full grid for the sweep."""
     sweep = tmp_path / "sweep"
     proc = _train(
         "-m",
@@ -193,9 +195,16 @@ def test_joblib_multirun_two_jobs_two_wandb_runs(tmp_path):
         "seed=0,1",
         *ARGS,
         f"hydra.sweep.dir={sweep}",
+        "hydra.callbacks.evaluate.evals=[linear_grid]",
+        'hydra.callbacks.evaluate.overrides=["eval.n_functions=4","eval.sigmas_f=[1.0,2.0]","eval.sigmas_x=[1.0,3.0]"]',
     )
-    _check_two_jobs(sweep, proc)
+    jobs = _check_two_jobs(sweep, proc)
     assert "Joblib.Parallel" in proc.stdout + proc.stderr
+    for job in jobs.values():
+        assert (job / "eval" / "linear_grid" / "results.csv").stat().st_size > 0
+    comp = compare.collect([sweep])
+    assert comp.eval == "linear_grid" and [g.seeds for g in comp.groups] == [[0, 1]]
+    assert comp.grid(comp.labels[0]).shape == (2, 2)
 
 
 @pytest.mark.slow
