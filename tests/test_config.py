@@ -30,9 +30,13 @@ def test_groups_present():
     )
 
 
+# corpus tasks need a token model: their usual company on the command line
+COMPANY = {("task", "lm"): ["experiment=lm_small"], ("task", "mlm"): ["model=encoder"]}
+
+
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_every_option_composes_and_validates(group, option):
-    cfg = make_cfg(f"{group}={option}", tiny=False)
+    cfg = make_cfg(f"{group}={option}", *COMPANY.get((group, option), []), tiny=False)
     check(cfg)  # no problems in any shipped option
     if group in ("task", "model"):
         assert cfg[group].name == option
@@ -130,7 +134,7 @@ def test_unknown_option_lists_choices():
         (["train.batch_size=0"], "train.batch_size=0 must be >= 1"),
         (["evaluation.sigmas=[1,-2]"], "evaluation.sigmas"),
         (["task=every", "task.balance=true", "task.x_dist.mean=1"], "symmetric"),
-        (["task.name=linearr"], "allowed: every, linear, some"),
+        (["task.name=linearr"], "allowed: every, linear, lm, mlm, some"),
         (["train.keep_every=4", "train.ckpt_interval=3"], "multiple of train.ckpt_interval=3"),
         (["evaluation.sigmas=[]"], "evaluation.sigmas=[] must be a non-empty list"),
         (["task=some", "evaluation.lengths=[]"], "evaluation.lengths=[] must be a non-empty list"),
@@ -230,6 +234,9 @@ def test_multirun_jobs_get_their_own_folders_and_one_wandb_group(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
-    assert jobs == ["0_linear_softmax_gpt2_s0", "1_linear_ssa_gpt2_s0"]
+    assert jobs == [  # named by the overridden keys (Hydra writes booleans back as False)
+        "scorer=softmax,evaluation.enabled=False,model.n_embd=16,model.n_head=2,model.n_layer=1,train.steps=2,seed=0",
+        "scorer=ssa,evaluation.enabled=False,model.n_embd=16,model.n_head=2,model.n_layer=1,train.steps=2,seed=0",
+    ]
     for job in jobs:  # the sweep is the W&B group of each job (recorded in the job's resolved config)
         assert OmegaConf.load(sweep / job / "config.yaml").logger.group == "sweep"

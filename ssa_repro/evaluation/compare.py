@@ -1094,6 +1094,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # corpus tasks have their own tables: the paper's table 2 (task=lm) and table 3 (task=mlm)
+    from ssa_repro.evaluation import lm, zorro
+
+    if zorro.mlm_run_dirs(args.paths):
+        return zorro.compare_main(args.paths, args.out, "pll")
+    if lm.lm_run_dirs(args.paths):
+        return lm.compare_main(args.paths, args.out)
     t0 = time.perf_counter()
     try:
         group_by = [k.strip() for k in args.group_by.split(",")] if args.group_by else None

@@ -21,7 +21,13 @@ from ssa_repro.evaluation.run import LoadedRun
 
 log = logging.getLogger("ssa_repro.evaluate")
 
-DEFAULT_FOR_TASK = {"linear": "linear_grid", "every": "quantifier_grid", "some": "quantifier_grid"}
+DEFAULT_FOR_TASK = {
+    "linear": "linear_grid",
+    "every": "quantifier_grid",
+    "some": "quantifier_grid",
+    "lm": "lm",
+    "mlm": "zorro",
+}
 
 
 def resolve(cfg, run: LoadedRun):  # noqa: D401

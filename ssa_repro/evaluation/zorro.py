@@ -388,16 +388,6 @@ class Zorro:
         return {"results": results, "pairs": pairs}, summary
 
 
-def _register_default() -> None:
-    """``eval=default`` on an mlm run means Zorro."""
-    from ssa_repro.evaluation import runner
-
-    runner.DEFAULT_FOR_TASK.setdefault("mlm", "zorro")
-
-
-_register_default()
-
-
 # ---------------------------------------------------------------- across runs (table 3)
 def _result_files(paths) -> list[Path]:
     found = []

@@ -350,7 +350,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
             set_lr(opt, lr_at(tr, step))
             loss = torch.zeros((), device=device)
             for micro in range(tr.grad_accum):
-                batch = task.train_batch(step * tr.grad_accum + micro, tr.batch_size, n, gen, device)
+                # corpus tasks read by index: rank r takes every world-th micro-batch (rank 0 alone = 0, 1, 2...)
+                index = (step * tr.grad_accum + micro) * dd.world + dd.rank
+                batch = task.train_batch(index, tr.batch_size, n, gen, device)
                 sync = contextlib.nullcontext()
                 if dd.enabled and micro < tr.grad_accum - 1:
                     sync = ddp.no_sync()  # gradients are averaged over ranks once, at the last micro-batch
