@@ -131,8 +131,12 @@ def test_data_position_is_a_pure_function_of_the_index(tmp_path):
 
 
 def test_config_checks(tmp_path):
-    # task=lm without a preset: says what to set
-    found = problems(make_cfg("task=lm", tiny=False))
+    # task=lm alone brings its token table and LM settings (the lm_small values)
+    cfg = make_cfg("task=lm", tiny=False)
+    assert problems(cfg) == [] and cfg.model.vocab_size == 8192 and cfg.train.optimizer.value == "adamw"
+    assert make_cfg("task=lm", "model=attn_only", tiny=False).model.vocab_size == 8192
+    # without a token table: says what to set
+    found = problems(make_cfg("task=lm", "model.vocab_size=0", tiny=False))
     assert any("model.vocab_size=0" in p and "experiment=lm_small" in p for p in found)
     # a missing data folder names the file and the key
     found = problems(make_cfg("experiment=lm_small", f"data.root={tmp_path / 'nowhere'}", tiny=False))
