@@ -9,6 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import ssa_repro.config  # noqa: F401  (stores the schemas)
+from ssa_repro.data.paths import resolve_root
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -33,6 +34,15 @@ TINY = [
     "evaluation.lengths=[5,10]",
     "logger.mode=disabled",
 ]
+
+
+# The offline data (../shared/data beside the repository, or $SSA_DATA_ROOT): tests that read the real
+# corpora skip, saying why, on a checkout that has none.
+SHARED_DATA = resolve_root(os.environ.get("SSA_DATA_ROOT", "../shared/data"))
+HAVE_SHARED_DATA = (SHARED_DATA / "lm" / "train.txt").exists()
+needs_shared = pytest.mark.skipif(
+    not HAVE_SHARED_DATA, reason=f"the offline data is not at {SHARED_DATA} (set SSA_DATA_ROOT)"
+)
 
 
 def make_cfg(*overrides: str, tiny: bool = True):

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from ssa_repro.data.paths import resolve_root
 from ssa_repro.evaluation import multiple_choice as mc
 from ssa_repro.evaluation.perplexity import stream_nll, windows
 from ssa_repro.models import build_model
@@ -17,12 +16,8 @@ from ssa_repro.tasks import build_task
 from ssa_repro.training.checkpoint import load as load_ckpt
 from ssa_repro.training.trainer import train
 from ssa_repro.validate import problems
-from tests.conftest import make_cfg
-
-SHARED = resolve_root("../shared/data")
-needs_shared = pytest.mark.skipif(
-    not (SHARED / "lm" / "train.txt").exists(), reason="the shared offline data is not present"
-)
+from tests.conftest import SHARED_DATA as SHARED
+from tests.conftest import make_cfg, needs_shared
 
 SENTENCES = [
     "the cat sat on the mat and looked at the dog .",
@@ -133,7 +128,7 @@ def test_data_position_is_a_pure_function_of_the_index(tmp_path):
 def test_config_checks(tmp_path):
     # task=lm alone brings its token table and LM settings (the lm_small values)
     cfg = make_cfg("task=lm", tiny=False)
-    assert problems(cfg) == [] and cfg.model.vocab_size == 8192 and cfg.train.optimizer.value == "adamw"
+    assert cfg.model.vocab_size == 8192 and cfg.train.optimizer.value == "adamw"
     assert make_cfg("task=lm", "model=attn_only", tiny=False).model.vocab_size == 8192
     # without a token table: says what to set
     found = problems(make_cfg("task=lm", "model.vocab_size=0", tiny=False))
@@ -153,6 +148,7 @@ def test_config_checks(tmp_path):
 @needs_shared
 def test_presets_validate():
     assert problems(make_cfg("experiment=lm_small", tiny=False)) == []
+    assert problems(make_cfg("task=lm", tiny=False)) == []
     cfg = make_cfg("experiment=paper_lm", "scorer=ssa", tiny=False)
     assert problems(cfg) == []
     m, t = cfg.model, cfg.train
