@@ -114,9 +114,10 @@ class Decoder(nn.Module):
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
 
-    def forward(self, tokens: torch.Tensor, need_weights: bool = False):
-        """tokens [B, T, 1] float -> outputs [B, T]; with a vocabulary, tokens [B, T] long -> logits
-        [B, T, V]. With need_weights, also a list of [B, H, T, T] maps, one per attention layer."""
+    def hidden(self, tokens: torch.Tensor, need_weights: bool = False):
+        """The final hidden states [B, T, C] (before the read-out or LM head), and the list of [B, H, T, T]
+        attention maps (empty unless need_weights). Heads applied to a few positions only (the masked
+        LM) start from here."""
         t = tokens.shape[1]
         if t > self.max_positions:
             raise ValueError(f"prompt of {t} tokens exceeds model.max_positions={self.max_positions}")
@@ -130,6 +131,12 @@ class Decoder(nn.Module):
                 maps.append(w)
         if not self.post_ln:
             x = self.ln_f(x)
+        return x, maps
+
+    def forward(self, tokens: torch.Tensor, need_weights: bool = False):
+        """tokens [B, T, 1] float -> outputs [B, T]; with a vocabulary, tokens [B, T] long -> logits
+        [B, T, V]. With need_weights, also a list of [B, H, T, T] maps, one per attention layer."""
+        x, maps = self.hidden(tokens, need_weights)
         if self.vocab_size:
             out = x @ self.wte.weight.T  # [B, T, V], tied head
         else:

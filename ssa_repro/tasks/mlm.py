@@ -95,20 +95,10 @@ def _root(cfg):
 
 
 def hidden_states(model, tokens: torch.Tensor) -> torch.Tensor:
-    """The encoder's final hidden states [B, T, C] (``Decoder.forward`` without the tied head), so the
-    head runs only where a prediction is scored (15% of positions in training, one per masked copy in
-    Zorro): ``hidden_states(m, x) @ m.wte.weight.T == m(x)`` (tested)."""
-    t = tokens.shape[1]
-    if t > model.max_positions:
-        raise ValueError(f"sequence of {t} tokens exceeds model.max_positions={model.max_positions}")
-    x = model.wte(tokens) + model.wpe.weight[:t]
-    if model.post_ln:
-        x = model.ln_f(x)
-    for block in model.blocks:
-        x, _ = block(x)
-    if not model.post_ln:
-        x = model.ln_f(x)
-    return x
+    """The encoder's final hidden states [B, T, C] (``Decoder.hidden``), so the tied head runs only where
+    a prediction is scored (15% of positions in training, one per masked copy in Zorro):
+    ``hidden_states(m, x) @ m.wte.weight.T == m(x)`` (tested)."""
+    return model.hidden(tokens)[0]
 
 
 def logits_at(model, tokens: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
