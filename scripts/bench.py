@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
@@ -212,7 +213,7 @@ def eval_throughput(device) -> None:
     from ssa_repro.evaluation.quantifier_grid import quantifier_grid
     from ssa_repro.tasks.quantifier import QuantifierTaskConfig
 
-    eval_cfg = OmegaConf.load("conf/eval/quantifier_grid.yaml")
+    eval_cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "eval" / "quantifier_grid.yaml")
     lengths, sigmas = list(eval_cfg.lengths), list(eval_cfg.sigmas)
     task = build_task(OmegaConf.structured(QuantifierTaskConfig(name="every")))
     print("\nevaluation: quantifier grid (every), default model, paper protocol")

@@ -78,6 +78,13 @@ def _value(x):
     return getattr(x, "value", x)
 
 
+def micro_batch_index(step: int, micro: int, grad_accum: int, world: int, rank: int) -> int:
+    """The data index of a micro-batch: corpus tasks read by index, so rank r of ``world`` processes
+    takes every world-th one (a single process: 0, 1, 2, ...). Each optimizer step covers the indices
+    step·A·W ... (step+1)·A·W − 1 exactly once across ranks (A = grad_accum, W = world)."""
+    return (step * grad_accum + micro) * world + rank
+
+
 def resolve_device(name) -> torch.device:
     name = _value(name)
     if name == "auto":
@@ -350,8 +357,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
             set_lr(opt, lr_at(tr, step))
             loss = torch.zeros((), device=device)
             for micro in range(tr.grad_accum):
-                # corpus tasks read by index: rank r takes every world-th micro-batch (rank 0 alone = 0, 1, 2...)
-                index = (step * tr.grad_accum + micro) * dd.world + dd.rank
+                index = micro_batch_index(step, micro, tr.grad_accum, dd.world, dd.rank)
                 batch = task.train_batch(index, tr.batch_size, n, gen, device)
                 sync = contextlib.nullcontext()
                 if dd.enabled and micro < tr.grad_accum - 1:
