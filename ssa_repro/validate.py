@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from omegaconf import DictConfig
 
-from ssa_repro import distributions as D
+from ssa_repro.core import distributions as D
 from ssa_repro.models import MODELS
 from ssa_repro.scorers import SCORERS
 from ssa_repro.tasks import TASKS, build_task

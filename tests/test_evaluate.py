@@ -73,7 +73,7 @@ def test_linear_grid_errors_are_exact_for_known_predictions():
     assert (grid[grid.predictor == "least_squares"]["value"] < 1e-8).all()
     # the zero predictor's MSE is the mean of y² over the same prompts, recomputed here independently
     g = cell_generator(5, 3.0, 2.0, 8)
-    from ssa_repro.distributions import normal
+    from ssa_repro.core.distributions import normal
 
     ys = torch.cat(
         [
@@ -96,7 +96,7 @@ def test_quantifier_grid_errors_are_exact_for_known_predictions(labels_in_contex
     # always "false": a sequence is wrong iff some label from index 2 on is true (brute force below)
     rows = pd.DataFrame(quantifier_grid(Peek(sign_only=True), task, **kw))
     for s in (1.0, 4.0):
-        from ssa_repro.distributions import normal
+        from ssa_repro.core.distributions import normal
 
         bs = list(sample_batches(task, cell_generator(9, s, 6), 3, 16, 6, CPU, x_dist=normal(s)))
         wrong = torch.cat([(b.targets[:, 2:] > 0).any(1).float() for b in bs])

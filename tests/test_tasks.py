@@ -9,8 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ssa_repro import distributions as D
-from ssa_repro.distributions import DistConfig, DistKind
+from ssa_repro.core import distributions as D
+from ssa_repro.core.distributions import DistConfig, DistKind
 from ssa_repro.tasks import TASKS, build_task
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ssa_repro.distributions import normal
+from ssa_repro.core.distributions import normal
 from ssa_repro.evaluation import plots
 from ssa_repro.evaluation.common import Progress, cell_generator, stat
 from ssa_repro.evaluation.deviant import (

@@ -84,8 +84,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from ssa_repro import distributions as D  # noqa: E402
-from ssa_repro.distributions import normal  # noqa: E402
+from ssa_repro.core import distributions as D  # noqa: E402
+from ssa_repro.core.distributions import normal  # noqa: E402
 from ssa_repro.evaluation import plots  # noqa: E402
 from ssa_repro.evaluation.baselines import least_squares  # noqa: E402
 from ssa_repro.evaluation.common import cell_generator, predict  # noqa: E402

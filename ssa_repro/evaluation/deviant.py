@@ -42,6 +42,7 @@ import pandas as pd
 import torch
 from matplotlib.colors import PowerNorm
 
+from ssa_repro.core.enums import value_of
 from ssa_repro.evaluation import plots
 from ssa_repro.evaluation.common import MAX_ATTENTION_ELEMENTS, Progress, cell_generator, stat
 from ssa_repro.evaluation.quantifier_grid import sequence_and_token_error
@@ -59,10 +60,6 @@ class Sign(str, Enum):
     positive = "positive"
     negative = "negative"
     random = "random"
-
-
-def _value(v) -> str:
-    return v.value if isinstance(v, Enum) else str(v)
 
 
 # ------------------------------------------------------------------ prompts
@@ -113,7 +110,7 @@ def line_params(xs: torch.Tensor, ys: torch.Tensor, keep: torch.Tensor):
 def draw_insertions(g: torch.Generator, bsz: int, n: int, k: int, magnitude: float, sign) -> tuple:
     """Positions [B, k] (distinct example indices, uniform) and values [B, k] (±magnitude)."""
     positions = torch.rand(bsz, n, generator=g).argsort(dim=1)[:, :k]
-    sign = _value(sign)
+    sign = value_of(sign)
     if sign == "random":
         signs = torch.where(torch.rand(bsz, k, generator=g) < 0.5, -1.0, 1.0)
     else:
@@ -252,7 +249,7 @@ def deviant_grid(
 ):
     """Rows (dicts) of the M × k grid."""
     base = base or {}
-    sign_code = list(Sign).index(Sign(_value(sign)))
+    sign_code = list(Sign).index(Sign(value_of(sign)))
     rows = []
     for k in counts:
         for m in magnitudes:
@@ -437,9 +434,9 @@ class Deviant:
             )
         if not cfg.magnitudes or min(cfg.magnitudes) <= 0:
             out.append(f"eval.magnitudes={list(cfg.magnitudes)} must be a non-empty list of values > 0")
-        if _value(cfg.sign) not in Sign.__members__:
+        if value_of(cfg.sign) not in Sign.__members__:
             out.append(
-                f"eval.sign={_value(cfg.sign)!r} is not allowed; allowed: {', '.join(Sign.__members__)}"
+                f"eval.sign={value_of(cfg.sign)!r} is not allowed; allowed: {', '.join(Sign.__members__)}"
             )
         if cfg.n_samples < 1:
             out.append(f"eval.n_samples={cfg.n_samples} must be >= 1")
@@ -456,7 +453,7 @@ class Deviant:
             cells,
             cfg.n_samples * cfg.batch_size,
             n,
-            _value(cfg.sign),
+            value_of(cfg.sign),
             run.device,
         )
         with Progress(cells, "deviant") as bar:
@@ -479,7 +476,7 @@ class Deviant:
         quant = isinstance(run.task, Quantifier)
         main = "sequence_error" if quant else "mse"
         mine = grid[grid.predictor == "model"]
-        sign = _value(cfg.sign)
+        sign = value_of(cfg.sign)
         figs = plots.heatmap(
             mine[mine.metric == main],
             "M",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ssa_repro.distributions import normal
+from ssa_repro.core.distributions import normal
 from ssa_repro.evaluation import plots
 from ssa_repro.evaluation.baselines import BASELINES
 from ssa_repro.evaluation.common import Progress, cell_generator, predict, sample_batches, stat

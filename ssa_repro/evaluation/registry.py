@@ -10,7 +10,7 @@ The runner (runner.py) handles folders, caching and W&B.
 
 from dataclasses import dataclass
 
-from ssa_repro.registry import Registry
+from ssa_repro.core.registry import Registry
 
 EVALUATORS: Registry = Registry("evaluation")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ssa_repro.models import Decoder, build_model
+from ssa_repro.models import Transformer, build_model
 from ssa_repro.tasks import Task, build_task
 from ssa_repro.training import checkpoint
 from ssa_repro.training.trainer import config_mismatches
@@ -22,7 +22,7 @@ class RunFolderError(ValueError):
 class LoadedRun:
     run_dir: Path
     cfg: DictConfig  # the run's resolved config (config.yaml)
-    model: Decoder
+    model: Transformer
     task: Task
     step: int  # training steps behind the checkpoint
     device: torch.device

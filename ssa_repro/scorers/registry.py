@@ -1,3 +1,3 @@
-from ssa_repro.registry import Registry
+from ssa_repro.core.registry import Registry
 
 SCORERS: Registry = Registry("scorer")

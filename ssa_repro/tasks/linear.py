@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ssa_repro import distributions as D
-from ssa_repro.distributions import DistConfig
+from ssa_repro.core import distributions as D
+from ssa_repro.core.distributions import DistConfig
 from ssa_repro.tasks.base import Batch, Task, interleave
 from ssa_repro.tasks.registry import TASKS
 

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import II
 
+from ssa_repro.core.enums import value_of
 from ssa_repro.tasks.base import Batch, Task
 from ssa_repro.tasks.registry import TASKS
 
@@ -55,10 +56,6 @@ class LMTaskConfig:
     shuffle_seed: int = II("seed")  # the data order (see the module docstring)
     data_root: str = II("data.root")  # follows data.root
     cache_dir: str = II("data.cache_dir")  # tokenisers and tokenised corpora
-
-
-def _value(x):
-    return getattr(x, "value", x)
 
 
 @TASKS.register("lm", schema=LMTaskConfig)
@@ -205,7 +202,7 @@ class LMTask(Task):
 
         t, m, out = cfg.task, cfg.model, []
         need = required_vocab(t)
-        kind = _value(t.tokenizer)
+        kind = value_of(t.tokenizer)
         if m.vocab_size < need:
             preset = "experiment=paper_lm" if kind == "gpt2" else "experiment=lm_small"
             out.append(

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from ssa_repro.data import childes
 from ssa_repro.data.paths import DataFileError, data_file, resolve_root
-from ssa_repro.models.decoder import MODELS, Blocks, Decoder
+from ssa_repro.models.transformer import MODELS, Blocks, Transformer
 from ssa_repro.tasks.base import Task
 from ssa_repro.tasks.registry import TASKS
 
@@ -95,7 +95,7 @@ def _root(cfg):
 
 
 def hidden_states(model, tokens: torch.Tensor) -> torch.Tensor:
-    """The encoder's final hidden states [B, T, C] (``Decoder.hidden``), so the tied head runs only where
+    """The encoder's final hidden states [B, T, C] (``Transformer.hidden``), so the tied head runs only where
     a prediction is scored (15% of positions in training, one per masked copy in Zorro):
     ``hidden_states(m, x) @ m.wte.weight.T == m(x)`` (tested)."""
     return model.hidden(tokens)[0]
@@ -104,7 +104,7 @@ def hidden_states(model, tokens: torch.Tensor) -> torch.Tensor:
 def logits_at(model, tokens: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
     """Logits [N, V] at the positions where ``select`` [B, T] (bool) is true, in row-major order. A
     wrapped model (``train.compile``) is called whole and its logits gathered."""
-    if not isinstance(model, Decoder):
+    if not isinstance(model, Transformer):
         return model(tokens)[select]
     return hidden_states(model, tokens)[select] @ model.wte.weight.T
 

@@ -33,8 +33,9 @@ from enum import Enum
 
 import torch
 
-from ssa_repro import distributions as D
-from ssa_repro.distributions import DistConfig
+from ssa_repro.core import distributions as D
+from ssa_repro.core.distributions import DistConfig
+from ssa_repro.core.enums import value_of
 from ssa_repro.tasks.base import Batch, Task, interleave
 from ssa_repro.tasks.registry import TASKS
 
@@ -53,10 +54,6 @@ class QuantifierTaskConfig:
     balance: bool | None = None  # null: on exactly when labels are out of context
 
 
-def _value(v) -> str:
-    return v.value if isinstance(v, Enum) else str(v)
-
-
 class Quantifier(Task):
     metric = "sign_error"
     uses_eval_lengths = True
@@ -64,7 +61,7 @@ class Quantifier(Task):
 
     @property
     def supervise_last(self) -> bool:
-        return _value(self.cfg.supervise) == "last"
+        return value_of(self.cfg.supervise) == "last"
 
     @property
     def balanced(self) -> bool:

@@ -11,9 +11,7 @@ import math
 import torch
 from torch import nn
 
-
-def _value(x):
-    return getattr(x, "value", x)
+from ssa_repro.core.enums import value_of
 
 
 def build_optimizer(model: nn.Module, tr) -> torch.optim.Optimizer:
@@ -22,7 +20,7 @@ def build_optimizer(model: nn.Module, tr) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     # fused: one kernel for all parameters (the same update; 3x faster than the per-tensor loop on CPU)
     kw = dict(lr=tr.lr, betas=tuple(tr.betas), fused=True)
-    if _value(tr.optimizer) == "adam":
+    if value_of(tr.optimizer) == "adam":
         return torch.optim.Adam(params, **kw)
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
@@ -35,7 +33,7 @@ def lr_at(tr, step: int) -> float:
     constant, or cosine decay to ``lr * min_lr_ratio`` at ``train.steps``."""
     if tr.warmup_steps and step < tr.warmup_steps:
         return tr.lr * (step + 1) / tr.warmup_steps
-    if _value(tr.schedule) == "constant":
+    if value_of(tr.schedule) == "constant":
         return tr.lr
     span = max(tr.steps - tr.warmup_steps, 1)
     progress = min((step - tr.warmup_steps) / span, 1.0)

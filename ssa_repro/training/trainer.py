@@ -38,7 +38,9 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ssa_repro import curriculum, provenance, validate
+from ssa_repro import curriculum, validate
+from ssa_repro.core import provenance
+from ssa_repro.core.enums import value_of
 from ssa_repro.evaluation.quick import evaluate_quick
 from ssa_repro.models import build_model, count_parameters
 from ssa_repro.tasks import build_task
@@ -74,10 +76,6 @@ class TrainingDiverged(RuntimeError):
     """The loss became non-finite; the message names the step and the last good checkpoint."""
 
 
-def _value(x):
-    return getattr(x, "value", x)
-
-
 def micro_batch_index(step: int, micro: int, grad_accum: int, world: int, rank: int) -> int:
     """The data index of a micro-batch: corpus tasks read by index, so rank r of ``world`` processes
     takes every world-th one (a single process: 0, 1, 2, ...). Each optimizer step covers the indices
@@ -86,7 +84,7 @@ def micro_batch_index(step: int, micro: int, grad_accum: int, world: int, rank: 
 
 
 def resolve_device(name) -> torch.device:
-    name = _value(name)
+    name = value_of(name)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
@@ -250,7 +248,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
     tr = cfg.train
     opt = build_optimizer(model, tr)
     # autocast for forward + loss only; weights, gradients and optimizer state stay float32
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=_value(tr.precision) == "bf16")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=value_of(tr.precision) == "bf16")
     gen = torch.Generator(device=device)
     gen.manual_seed(rank_data_seed(cfg.seed, dd.rank))
     # Losses stay on the device between checks (no per-step host sync on GPU); a check finds the first

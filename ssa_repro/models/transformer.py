@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ssa_repro.core.registry import Registry
 from ssa_repro.models.attention import SelfAttention
-from ssa_repro.registry import Registry
 
 MODELS: Registry = Registry("model")
 
@@ -83,7 +83,7 @@ class Block(nn.Module):
         return x, w
 
 
-class Decoder(nn.Module):
+class Transformer(nn.Module):
     def __init__(self, cfg, scorer_cfg):
         super().__init__()
         blocks = MODELS.get(cfg.name)
@@ -151,8 +151,8 @@ class Decoder(nn.Module):
         return {k: torch.stack([s[k] for s in per_layer]) for k in per_layer[0]}
 
 
-def build_model(cfg, scorer_cfg) -> Decoder:
-    return Decoder(cfg, scorer_cfg)
+def build_model(cfg, scorer_cfg) -> Transformer:
+    return Transformer(cfg, scorer_cfg)
 
 
 def count_parameters(model: nn.Module) -> int:
