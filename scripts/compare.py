@@ -1,7 +1,7 @@
 """Compare runs or a sweep: ``python scripts/compare.py RUN_DIR RUN_DIR ...`` or ``python scripts/compare.py SWEEP_DIR``.
 
 Side-by-side heat maps on one colour scale, a difference map against a baseline (softmax by default)
-and a summary table; see ``ssa_repro/evaluation/compare.py`` for the definitions and ``--help`` for
+and a summary table; see ``ssa_repro/reports/compare.py`` for the definitions and ``--help`` for
 the options.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from ssa_repro.evaluation.compare import main  # noqa: E402
+from ssa_repro.reports.compare import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,9 +1,9 @@
 """The paper's table 2 from LM results: ``python scripts/lm_table.py RUN_OR_SWEEP_DIR ... [--out DIR]``.
 
-Reads ``eval/lm/perplexity.csv`` and ``eval/lm/results.csv`` under each folder (``python evaluate.py
-run_dir=... eval=lm`` writes them) and writes ``lm_table.csv`` and ``lm_table.md`` into ``--out``
+Reads the stored ``eval=lm`` results of every task=lm run under each folder (``python evaluate.py
+run_dir=... eval=lm`` stores them) and writes ``lm_table.csv`` and ``lm_table.md`` into ``--out``
 (default: the first folder given): perplexities, then each task's accuracy ± standard error, one
-column per run (labelled by scorer) and number of shots. See ``ssa_repro/evaluation/lm.py``.
+column per run (labelled by scorer) and number of shots. See ``ssa_repro/reports/lm_table.py``.
 """
 
 import argparse
@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from ssa_repro.evaluation.lm import compare_main  # noqa: E402
+from ssa_repro.reports.lm_table import main as table_main  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -20,7 +20,7 @@ def main(argv=None) -> int:
     p.add_argument("paths", nargs="+", help="run folders or sweep folders (searched recursively)")
     p.add_argument("--out", default=None, help="output folder (default: the first path)")
     a = p.parse_args(argv)
-    return compare_main(a.paths, a.out)
+    return table_main(a.paths, a.out)
 
 
 if __name__ == "__main__":

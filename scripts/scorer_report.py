@@ -38,8 +38,9 @@ import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 import torch  # noqa: E402
 
+from ssa_repro.config import load_scorer, scorer_options  # noqa: E402
 from ssa_repro.scorers.base import Scorer  # noqa: E402
-from ssa_repro.scorers.diagnostics import load_scorer, saturation, scorer_options, step_costs  # noqa: E402
+from ssa_repro.scorers.diagnostics import saturation, step_costs  # noqa: E402
 
 N_HEAD = 8  # the paper's heads per layer; saturation uses head 0
 GRID = [(16, 1.0), (16, 2.0), (16, 5.0), (16, 10.0), (16, 20.0), (80, 20.0)]  # (N, g)

@@ -1,10 +1,10 @@
 """The paper's table 3 from Zorro results: ``python scripts/zorro_table.py SWEEP_OR_RUN_DIR ... [--out DIR]``.
 
-Reads ``eval/zorro/results.csv`` under each folder (``python evaluate.py run_dir=... eval=zorro`` writes
-them), aggregates seeds per scorer (mean, sd, count) and writes ``zorro_table.csv``, ``zorro_table.md``
+Reads the stored ``eval=zorro`` results of every task=mlm run under each folder (``python evaluate.py
+run_dir=... eval=zorro`` stores them), aggregates seeds per scorer (mean, sd, count) and writes ``zorro_table.csv``, ``zorro_table.md``
 and ``zorro_table.png``/``.pdf`` (grouped bars, the paper's 12 probes highlighted) into ``--out``
 (default: the first folder given when it is a sweep, else ``zorro_table/`` beside that run). See
-``ssa_repro/evaluation/zorro.py``.
+``ssa_repro/reports/zorro_table.py``.
 """
 
 import argparse
@@ -13,7 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from ssa_repro.evaluation.zorro import METHODS, compare_main  # noqa: E402
+from ssa_repro.evaluation.zorro import METHODS  # noqa: E402
+from ssa_repro.reports.zorro_table import main as table_main  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -22,7 +23,7 @@ def main(argv=None) -> int:
     p.add_argument("--method", default="pll", choices=METHODS, help="Zorro score (default: pll)")
     p.add_argument("--out", default=None, help="output folder (default: the first path, if a sweep)")
     a = p.parse_args(argv)
-    return compare_main(a.paths, a.out, a.method)
+    return table_main(a.paths, a.out, a.method)
 
 
 if __name__ == "__main__":

@@ -5,20 +5,25 @@ from the registries; the shared ones are below. Each YAML option in ``conf/`` ex
 so a mistyped key fails when the config is composed, with the key and the schema named; enum fields
 (``task.supervise``, ``device``, ...) reject bad values with the allowed ones listed. Schemas live under
 ``schema/`` so that ``scorer=glob(*)`` sweeps only the real options. Checks a schema cannot express
-(std > 0, lengths that fit the model, ...) are in :mod:`ssa_repro.validate`.
+(std > 0, lengths that fit the model, ...) are in :mod:`ssa_repro.training.validate`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
+from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from ssa_repro.evaluation import EVALUATORS, EvalConfig
-from ssa_repro.scorers import SCORERS
+from ssa_repro.cli import sweeps  # noqa: F401  (the resolvers conf/ uses: ssa_job_dir, ssa_eval_sweep_dir)
+from ssa_repro.evaluation import EVALUATORS
+from ssa_repro.evaluation.runner import QuickConfig
+from ssa_repro.scorers import SCORERS, Scorer, build_scorer
 from ssa_repro.tasks import TASKS
 
 
@@ -104,16 +109,13 @@ class CurriculumConfig:
 
 
 @dataclass
-class EvaluationConfig:
-    """The short evaluation at the end of training (the full suite is ``evaluate.py``)."""
+class EvaluationConfig(QuickConfig):
+    """The evaluations at the end of training: ``eval=quick`` with the keys below (the task's quick
+    grid where they are null; set ``sigmas``/``lengths`` to give every job of a sweep one fixed grid),
+    then each evaluation named in ``also`` with its defaults. Results are stored as ``evaluate.py``'s."""
 
     enabled: bool = True
-    sigmas: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])
-    lengths: list[int] = field(default_factory=list)  # quantifier tasks; linear uses curriculum.end
-    n_batches: int = 10
-    batch_size: int = 64
-    skip_first: int = 3  # errors are counted from this prediction index on
-    seed: int = 1234  # fixed, so every model is evaluated on exactly the same prompts
+    also: list[str] = field(default_factory=list)  # e.g. [default] (the paper grid), [deviant, boundary]
 
 
 @dataclass
@@ -163,7 +165,6 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=RootConfig)
     cs.store(name="evaluate_schema", node=EvaluateRootConfig)
-    cs.store(group="schema/eval", name="default", node=EvalConfig)
     for group, registry in (("task", TASKS), ("scorer", SCORERS), ("eval", EVALUATORS)):
         for name, schema in registry.schemas.items():
             cs.store(group=f"schema/{group}", name=name, node=schema)
@@ -175,3 +176,32 @@ def register_configs() -> None:
 
 
 register_configs()
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def scorer_options(conf_dir: Path = CONF_DIR) -> list[str]:
+    """The YAML option names in conf/scorer (file stems), sorted."""
+    return sorted(p.stem for p in (Path(conf_dir) / "scorer").glob("*.yaml"))
+
+
+def load_scorer(
+    option: str, n_head: int = 8, max_positions: int = 256, overrides: Sequence[str] = ()
+) -> Scorer:
+    """Build the scorer of YAML option ``option`` (``conf/scorer/<option>.yaml``) as training would.
+
+    The full training config is composed (so presets, interpolations such as CosFormer's
+    ``m: ${model.max_positions}`` and schema checks apply) with ``model.n_embd=256``; ``overrides``
+    adds more (e.g. ``["scorer.heads=[average]"]``). Uses Hydra's ``initialize_config_dir``, so it
+    cannot be called while another Hydra app holds Hydra's global state.
+    """
+    overrides = [
+        f"scorer={option}",
+        f"model.n_head={n_head}",
+        f"model.max_positions={max_positions}",
+        "model.n_embd=256",
+        *overrides,
+    ]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    return build_scorer(cfg.scorer, n_head)

@@ -30,7 +30,7 @@ def run_dir(overrides: list[str], config_dir: Path = ROOT / "conf") -> str:
             return o.split("=", 1)[1]
     from hydra import compose, initialize_config_dir
 
-    import ssa_repro.hydra_app  # noqa: F401  (schemas and resolvers)
+    import ssa_repro.config  # noqa: F401  (schemas and resolvers)
 
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)

@@ -12,10 +12,12 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from ssa_repro.cli.train_app import check as check_run
+from ssa_repro.cli.train_app import problems
 from ssa_repro.models import MODELS
 from ssa_repro.scorers import SCORERS
 from ssa_repro.tasks import TASKS
-from ssa_repro.validate import ConfigError, check, problems
+from ssa_repro.training.validate import ConfigError
 from tests.conftest import CONF, HAVE_SHARED_DATA, ROOT, SHARED_DATA, make_cfg
 
 GROUPS = sorted(
@@ -39,7 +41,7 @@ def test_every_option_composes_and_validates(group, option):
     cfg = make_cfg(f"{group}={option}", *COMPANY.get((group, option), []), tiny=False)
     if cfg.task.name in ("lm", "mlm") and not HAVE_SHARED_DATA:
         pytest.skip(f"task={cfg.task.name} reads the offline data, not at {SHARED_DATA} (set SSA_DATA_ROOT)")
-    check(cfg)  # no problems in any shipped option
+    assert problems(cfg) == []  # no problems in any shipped option
     if group in ("task", "model"):
         assert cfg[group].name == option
     if group == "scorer":  # presets (ssa_n2, ...) share a registered name and keep their own label
@@ -126,7 +128,7 @@ def test_unknown_option_lists_choices():
         (["task.a_dist.std=-1"], "task.a_dist.std=-1.0 must be > 0"),
         (["task.x_dist.kind=uniform", "task.x_dist.low=1", "task.x_dist.high=1"], "low < high"),
         (["curriculum.end=40", "model.max_positions=64"], "curriculum.end=40 examples need 80 tokens"),
-        (["task=every", "evaluation.lengths=[5,100]"], "evaluation.lengths contains 100"),
+        (["task=every", "evaluation.lengths=[5,100]"], "evaluation.lengths [100] need up to 200 tokens"),
         (["model.n_head=3"], "model.n_head=3 must divide model.n_embd=16"),
         (["scorer=ssa", "scorer.n_init=0.5"], "scorer.n_init=0.5 must be >= 1"),
         (["scorer=ssa", "scorer.b_init=0"], "scorer.b_init=0.0 must be > 0"),
@@ -141,7 +143,9 @@ def test_unknown_option_lists_choices():
         (["evaluation.sigmas=[]"], "evaluation.sigmas=[] must be a non-empty list"),
         (["task=some", "evaluation.lengths=[]"], "evaluation.lengths=[] must be a non-empty list"),
         (["evaluation.skip_first=-1"], "evaluation.skip_first=-1 must be >= 0"),
-        (["curriculum.end=3", "curriculum.start=3"], "evaluation.skip_first=3 must be < curriculum.end=3"),
+        (["evaluation.lengths=[3,8]"], "evaluation.skip_first=3 must be < the shortest of evaluation.lengths"),
+        (["evaluation.also=[deviant,bogus]"], "evaluation.also has ['bogus']; allowed:"),
+        (["+model.n_layers=2"], "model.n_layers is not a key of model (ModelConfig); valid keys: name, n_layer"),
     ],
 )
 def test_startup_checks_name_key_and_value(overrides, needle):
@@ -149,7 +153,7 @@ def test_startup_checks_name_key_and_value(overrides, needle):
     found = problems(cfg)
     assert any(needle in p for p in found), found
     with pytest.raises(ConfigError):
-        check(cfg)
+        check_run(cfg, ROOT / "outputs" / "no-such-run")
 
 
 def test_all_problems_reported_at_once():
@@ -182,9 +186,12 @@ def test_bad_value_on_command_line_leaves_run_folder_untouched(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == ["marker.txt"]  # Hydra wrote nothing there
 
 
-def test_linear_ignores_quantifier_eval_lengths():
-    # evaluation.lengths is only used by every/some: a short linear model is not refused because of it
-    assert problems(make_cfg("model.max_positions=12", "evaluation.lengths=[100]")) == []
+def test_the_end_of_run_grid_must_fit_the_model():
+    # the linear quick grid is at 20 examples (40 tokens): a shorter model says which key to change
+    found = problems(make_cfg("model.max_positions=12", "curriculum.end=5", "evaluation.lengths=null"))
+    assert found == ["evaluation.lengths [20] need up to 40 tokens, more than model.max_positions=12"]
+    assert problems(make_cfg("model.max_positions=12", "curriculum.end=5", "evaluation.lengths=[5]")) == []
+    assert problems(make_cfg("model.max_positions=12", "curriculum.end=5", "evaluation=off")) == []
 
 
 @pytest.mark.slow

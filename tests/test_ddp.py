@@ -11,11 +11,11 @@ import sys
 import pytest
 import torch
 
-from ssa_repro import curriculum
+from ssa_repro.evaluation.store import stored
 from ssa_repro.launch import command
 from ssa_repro.models import build_model
 from ssa_repro.tasks import build_task
-from ssa_repro.training import checkpoint
+from ssa_repro.training import checkpoint, curriculum
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
 from ssa_repro.training.trainer import rank_data_seed, read_metrics, train
 from tests.conftest import ROOT, TINY, make_cfg
@@ -98,7 +98,8 @@ def test_two_process_gloo_matches_single_process_and_writes_once(tmp_path):
     assert (run / "train.log").read_text().count("step 2/2") == 1
     assert json.loads((run / "summary.json").read_text())["processes"] == 2
     assert [r["processes"] for r in json.loads((run / "provenance.json").read_text())] == [2]
-    assert (run / "eval" / "quick" / "grid.csv").exists()
+    (quick,) = stored(run, "grid")  # the end-of-run evaluation, by rank 0 only
+    assert len(quick.parts("results")) == 2  # one part per length, written once
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.pt"]
 
     # resumed with more steps, every rank continues its own prompt stream

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,10 +15,11 @@ from matplotlib.image import imread
 from omegaconf import OmegaConf
 
 from ssa_repro.evaluation import boundary as B
-from ssa_repro.evaluation.baselines import least_squares
-from ssa_repro.evaluation.run import load_run
+from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.runner import check as runner_check
 from ssa_repro.evaluation.runner import evaluate
+from ssa_repro.tasks import build_task
+from ssa_repro.tasks.baselines import least_squares
 from ssa_repro.training.trainer import train
 from tests.conftest import CONF, make_cfg
 
@@ -104,11 +106,13 @@ def test_median_stat_by_hand():
 
 
 def test_query_prompts_set_exactly_the_query_and_stay_linear():
-    task_cfg = make_cfg().task
+    task = build_task(make_cfg().task)
     g = torch.Generator().manual_seed(0)
-    a, b, xs = B.sample_functions(task_cfg, 3, 6, g)
+    prompts = task.draw(3, 6, g, "cpu")
+    a, b, xs = prompts.params["a"], prompts.params["b"], prompts.xs
     q = [-20.0, -0.5, 0.0, 7.25, 20.0]
-    a2, b2, xs2, xq = B.with_query(a, b, xs, q)
+    queried, xq = B.with_query(prompts, q)
+    a2, b2, xs2 = queried.params["a"], queried.params["b"], queried.xs
     assert xs2.shape == (15, 6) and a2.shape == b2.shape == (15, 1)
     # function-major: prompt f·5 + j is function f at query q[j], its context untouched
     for f in range(3):
@@ -117,7 +121,7 @@ def test_query_prompts_set_exactly_the_query_and_stay_linear():
             assert xs2[i, -1].item() == v and xq[i].item() == v
             torch.testing.assert_close(xs2[i, :-1], xs[f, :-1], rtol=0, atol=0)
             assert (a2[i], b2[i]) == (a[f], b[f])
-    batch = B.make_batch(a2, b2, xs2)
+    batch = task.build(queried)
     torch.testing.assert_close(batch.targets, a2 * xs2 + b2)  # y = a·x + b for every example
     torch.testing.assert_close(batch.tokens[:, 0::2, 0], xs2)
     torch.testing.assert_close(batch.tokens[:, 1::2, 0], batch.targets)
@@ -129,7 +133,9 @@ def test_query_prompts_set_exactly_the_query_and_stay_linear():
 
 def test_collect_and_boundaries_through_a_clipping_stub():
     cfg = small(n_functions=40, n_query=41, x_max=20.0, sigmas_f=[1.0, 10.0], n_scaled=200, min_count=10)
-    frame = B.collect(ClipNext(-7.0, 9.0), make_cfg().task, cfg, 6, CPU)
+    task = build_task(make_cfg().task)
+    sets = [("query_sweep", math.nan)] + [("scaled_f", s) for s in cfg.sigmas_f]
+    frame = pd.concat([B.collect_set(ClipNext(-7.0, 9.0), task, cfg, 6, CPU, v, s) for v, s in sets])
     assert len(frame) == 40 * 41 + 2 * 200
     sweep = frame[frame.variant == "query_sweep"]
     assert sorted(sweep.query_x.unique()) == pytest.approx(list(np.linspace(-20, 20, 41)))
@@ -165,9 +171,9 @@ def linear_run(tmp_path_factory):
 def test_evaluate_writes_tables_and_figures(linear_run):
     cfg = small(n_functions=6, n_query=9, x_max=10.0, sigmas_f=[1.0, 5.0], n_scaled=60, n_bins=6, min_count=3)
     assert runner_check(OmegaConf.load(linear_run / "config.yaml"), cfg) == []
-    summary = evaluate(load_run(linear_run, CPU), cfg, wandb_log=False)
-    out = linear_run / "eval" / "boundary"
-    results = pd.read_csv(out / "results.csv")
+    summary = evaluate(load_run(linear_run, CPU), cfg)
+    out = Path(summary["dir"])
+    results = pd.read_csv(out / "binned.csv")
     assert set(LABELS + ["predictor", "variant", "sigma_f", "y_bin_low", "y_bin_high", "y_true"]) <= set(
         results
     )
@@ -202,7 +208,7 @@ def test_evaluate_writes_tables_and_figures(linear_run):
 @pytest.mark.parametrize(
     ("overrides", "eval_kw", "expected"),
     [
-        (["task=every"], {}, "eval=boundary needs a linear run, not task=every"),
+        (["task=every"], {}, "eval=boundary does not apply to task=every"),
         ([], {"n_points": 40}, "eval.n_points=40 needs 80 tokens, more than model.max_positions=64"),
         ([], {"n_points": 2}, "eval.n_points=2 must be >= 3"),
         ([], {"x_max": 0.0}, "eval.x_max=0.0 must be > 0"),
@@ -219,13 +225,13 @@ def test_evaluate_writes_tables_and_figures(linear_run):
     ],
 )
 def test_check_names_the_key(overrides, eval_kw, expected):
-    found = B.Boundary.check(make_cfg(*overrides), small(**eval_kw))
+    found = runner_check(make_cfg(*overrides), small(**eval_kw))
     assert any(expected in msg for msg in found), found
 
 
 def test_check_accepts_defaults_and_explicit_queries():
-    assert B.Boundary.check(make_cfg(), small()) == []
-    assert B.Boundary.check(make_cfg(), small(query_x=[-3.0, 0.0, 50.0], x_max=0.0)) == []  # x_max unused
+    assert runner_check(make_cfg(), small()) == []
+    assert runner_check(make_cfg(), small(query_x=[-3.0, 0.0, 50.0], x_max=0.0)) == []  # x_max unused
     assert B.query_grid(small(query_x=[-3.0, 50.0])) == [-3.0, 50.0]
     assert B.query_grid(small()) == pytest.approx(list(np.linspace(-20, 20, 81)))
 

@@ -1,4 +1,5 @@
-"""evaluate.py: the grids against hand-computed cases, the runner's files and cache, and bad input."""
+"""The grid evaluation against hand-computed cases; the results store (cells accumulate, are reused,
+recomputed only when asked, survive an interrupted evaluation); presets; bad input."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ssa_repro.evaluation.common import cell_generator, sample_batches
-from ssa_repro.evaluation.linear_grid import LinearGridConfig, linear_grid
-from ssa_repro.evaluation.quantifier_grid import QuantifierGridConfig, quantifier_grid
-from ssa_repro.evaluation.run import RunFolderError, load_run
-from ssa_repro.evaluation.runner import evaluate
+from ssa_repro.evaluation import runner
+from ssa_repro.evaluation.grid import GridConfig, GridEvaluation, scale
+from ssa_repro.evaluation.loading import RunFolderError, load_run
+from ssa_repro.evaluation.progress import Progress
+from ssa_repro.evaluation.runner import DefaultConfig, QuickConfig, evaluate
+from ssa_repro.evaluation.sampling import cell_generator
+from ssa_repro.evaluation.store import stored
+from ssa_repro.models import build_model
 from ssa_repro.tasks import build_task
 from ssa_repro.training.trainer import train
 from tests.conftest import ROOT, make_cfg
@@ -51,110 +55,125 @@ class Peek(torch.nn.Module):
         return (-torch.ones_like(nxt) if self.sign_only else nxt) + self.offset
 
 
+class FakeRun:
+    """What an evaluator's compute needs of a loaded run."""
+
+    def __init__(self, model, task, cfg):
+        self.model, self.task, self.cfg, self.device = model, task, cfg, CPU
+        self.labels = {"task": cfg.task.name, "scorer": "stub", "model": "stub", "seed": 0, "step": 1}
+
+
+class Counter:
+    def update(self, n=1):
+        pass
+
+
+def grid_rows(model, cfg, **kw) -> pd.DataFrame:
+    """Every cell of a grid evaluation of ``model`` on the task of ``cfg``, as one frame."""
+    task = build_task(cfg.task)
+    ev = GridEvaluation(OmegaConf.merge(OmegaConf.structured(GridConfig), kw), cfg, task)
+    ev.resolve()
+    assert ev.problems() == []
+    frames = list(ev.compute(FakeRun(model, task, cfg), ev.cells(), Counter()))
+    return pd.concat([f["results"] for f in frames], ignore_index=True)
+
+
 def test_linear_grid_errors_are_exact_for_known_predictions():
-    task = build_task(make_cfg().task)
-    kw = dict(
+    cfg = make_cfg()
+    task = build_task(cfg.task)
+    rows = grid_rows(
+        Peek(offset=0.5),
+        cfg,
+        sigmas=[2.0],
         sigmas_f=[1.0, 3.0],
-        sigmas_x=[2.0],
-        n_points=8,
-        n_functions=20,
+        lengths=[8],
+        n_samples=3,
         batch_size=8,
-        skip_first=3,
         seed=5,
-        device=CPU,
     )
-    rows, pos_rows, summary = linear_grid(Peek(offset=0.5), task, **kw)
-    grid = pd.DataFrame(rows)
-    model = grid[grid.predictor == "model"]
-    assert len(model) == 2 and (model["n_samples"] == 20).all()
+    model = rows[rows.predictor == "model"]
+    assert len(model) == 2 and (model["n_samples"] == 24).all()
     torch.testing.assert_close(
         torch.tensor(model["value"].values), torch.full((2,), 0.25, dtype=torch.float64)
     )
-    assert (grid[grid.predictor == "least_squares"]["value"] < 1e-8).all()
-    # the zero predictor's MSE is the mean of y² over the same prompts, recomputed here independently
+    assert (rows[rows.predictor == "least_squares"]["value"] < 1e-8).all()
+    # the zero predictor's MSE is the mean of y² over the same prompts, drawn here again independently
     g = cell_generator(5, 3.0, 2.0, 8)
-    from ssa_repro.core.distributions import normal
-
-    ys = torch.cat(
-        [
-            b.targets
-            for b in sample_batches(
-                task, g, 3, 8, 8, CPU, a_dist=normal(3.0), b_dist=normal(3.0), x_dist=normal(2.0)
-            )
-        ]
-    )[:20]
-    zero = grid[(grid.predictor == "zero") & (grid.sigma_f == 3.0)]["value"].item()
+    ys = torch.cat([task.sample(8, 8, g, "cpu", {"sigma_f": 3.0, "sigma_x": 2.0}).targets for _ in range(3)])
+    zero = rows[(rows.predictor == "zero") & (rows.sigma_f == 3.0)]["value"].item()
     assert zero == pytest.approx(ys[:, 3:].square().mean().item(), rel=1e-6)
-    assert summary["in_distribution"]["model"] == pytest.approx(0.25)
-    assert {r["position"] for r in pos_rows} == set(range(1, 9))
+    # intervals respect the metric: positive, around the mean
+    assert (rows.ci_low[rows.value > 0] > 0).all() and (rows.ci_low <= rows.value + 1e-12).all()
 
 
 @pytest.mark.parametrize("labels_in_context", [True, False])
 def test_quantifier_grid_errors_are_exact_for_known_predictions(labels_in_context):
-    task = build_task(make_cfg("task=every", f"task.labels_in_context={labels_in_context}").task)
-    kw = dict(sigmas=[1.0, 4.0], lengths=[6], n_samples=3, batch_size=16, skip_first=2, seed=9, device=CPU)
+    cfg = make_cfg("task=every", f"task.labels_in_context={labels_in_context}")
+    task = build_task(cfg.task)
+    kw = dict(sigmas=[1.0, 4.0], lengths=[6], n_samples=3, batch_size=16, skip_first=2, seed=9)
     # always "false": a sequence is wrong iff some label from index 2 on is true (brute force below)
-    rows = pd.DataFrame(quantifier_grid(Peek(sign_only=True), task, **kw))
+    rows = grid_rows(Peek(sign_only=True), cfg, **kw)
     for s in (1.0, 4.0):
-        from ssa_repro.core.distributions import normal
-
-        bs = list(sample_batches(task, cell_generator(9, s, 6), 3, 16, 6, CPU, x_dist=normal(s)))
+        g = cell_generator(9, s, 6)
+        bs = [task.sample(16, 6, g, "cpu", {"sigma_x": s}) for _ in range(3)]
         wrong = torch.cat([(b.targets[:, 2:] > 0).any(1).float() for b in bs])
-        got = rows[(rows.sigma_x == s) & (rows.metric == "sequence_error")]["value"].item()
-        assert got == pytest.approx(wrong.mean().item())
+        got = rows[(rows.sigma_x == s) & (rows.metric == "sequence_error")]
+        assert got["value"].item() == pytest.approx(wrong.mean().item())
+        assert 0 <= got["ci_low"].item() <= got["value"].item() <= got["ci_high"].item() <= 1
     if labels_in_context:  # peeking at the label token is always right
-        perfect = pd.DataFrame(quantifier_grid(Peek(), task, **kw))
-        assert (perfect["value"] == 0).all()
+        perfect = grid_rows(Peek(), cfg, **kw)
+        assert (perfect["value"] == 0).all() and (perfect["ci_low"] == 0).all()
 
 
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["task.labels_in_context=true"],
-        ["task.labels_in_context=false", "task.supervise=last", "task.balance=false"],
+        ["task=every", "task.labels_in_context=true"],
+        ["task=every", "task.labels_in_context=false", "task.supervise=last", "task.balance=false"],
+        ["task=linear"],
     ],
 )
-def test_nested_lengths_equal_separate_prompts(overrides):
-    """Scoring length L on the first L numbers of longer prompts is exact: same predictions as the
-    L-number prompts themselves (causal model), hence the same grid values on the same numbers."""
-    cfg = make_cfg("task=every", "model.n_layer=2", *overrides)
+def test_nested_and_independent_cells_agree_on_identical_prompts(overrides):
+    """The two protocols give identical numbers on identical prompts: a causal model's predictions on
+    the first L examples of a prompt are its predictions for the L-example prompt."""
+    cfg = make_cfg(*overrides, "model.n_layer=2")
     task = build_task(cfg.task)
     torch.manual_seed(0)
-    from ssa_repro.models import build_model
-
     model = build_model(cfg.model, cfg.scorer).eval()
-    from ssa_repro.evaluation.common import predict
-    from ssa_repro.evaluation.quantifier_grid import _all_positions
+    kw = dict(sigmas=[1.0, 3.0], lengths=[4, 7, 12], n_samples=2, batch_size=8, skip_first=2, seed=4)
+    nested = grid_rows(model, cfg, nested=True, **kw)
+    ev = GridEvaluation(OmegaConf.merge(OmegaConf.structured(GridConfig), {**kw, "nested": False}), cfg, task)
+    ev.resolve()
+    drawn = ev._prompts
 
-    long = next(sample_batches(task, cell_generator(1, 1.0, 12), 1, 8, 12, CPU))
-    pred_all, labels_all = _all_positions(model, task, long)
-    for n in (4, 7, 12):
-        stride = 2 if cfg.task.labels_in_context else 1
-        short = type(long)(
-            tokens=long.tokens[:, : stride * n],
-            targets=None,
-            xs=long.xs[:, :n],
-            pred_idx=torch.arange(0, stride * n, stride),
-        )
-        torch.testing.assert_close(predict(model, short), pred_all[:, :n], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(task.labels(short.xs), labels_all[:, :n])
-    kw = dict(sigmas=[1.0, 3.0], lengths=[5, 12], n_samples=2, batch_size=8, skip_first=2, seed=4, device=CPU)
-    nested = pd.DataFrame(quantifier_grid(model, task, nested=True, **kw))
-    assert len(nested) == 2 * 2 * 2 and nested["value"].between(0, 1).all()
+    def prefixes(shift, n):  # the independent protocol fed the nested protocol's prompts
+        return [task.build(type(b.prompts)(b.xs[:, :n], b.params)) for b in drawn(shift, 12)]
+
+    ev._prompts = prefixes
+    independent = pd.concat(
+        [f["results"] for f in ev.compute(FakeRun(model, task, cfg), ev.cells(), Counter())],
+        ignore_index=True,
+    )
+    keys = [c for c in ("sigma_f", "sigma_x", "length", "predictor", "metric") if c in nested]
+    a = nested.sort_values(keys).reset_index(drop=True)
+    b = independent.sort_values(keys).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a[keys], b[keys])
+    torch.testing.assert_close(
+        torch.tensor(a.value.values), torch.tensor(b.value.values), atol=1e-6, rtol=1e-5
+    )
 
 
 def test_reuse_draws_scales_the_same_prompts():
     task = build_task(make_cfg("task=some").task)
-    g1, g2 = cell_generator(3, 0.0, 5), cell_generator(3, 0.0, 5)
-    from ssa_repro.evaluation.quantifier_grid import _scaled
-
-    b1 = next(sample_batches(task, g1, 1, 4, 5, CPU))
-    b2 = _scaled(task, next(sample_batches(task, g2, 1, 4, 5, CPU)), 7.0)
+    p1 = task.draw(4, 5, cell_generator(3, 0.0, 5), "cpu")
+    p2 = scale(task.draw(4, 5, cell_generator(3, 0.0, 5), "cpu"), {"sigma_x": 7.0})
+    b1, b2 = task.build(p1), task.build(p2)
     torch.testing.assert_close(b2.xs, b1.xs * 7)
-    torch.testing.assert_close(b2.targets, b1.targets)
-    torch.testing.assert_close(b2.tokens[:, 1::2], b1.tokens[:, 1::2])  # labels untouched
+    torch.testing.assert_close(b2.targets, b1.targets)  # labels untouched: only signs matter
+    torch.testing.assert_close(b2.tokens[:, 1::2], b1.tokens[:, 1::2])
 
 
+# ------------------------------------------------------------------ the store, through real runs
 @pytest.fixture(scope="module")
 def linear_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("linear_run")
@@ -169,38 +188,138 @@ def every_run(tmp_path_factory):
     return d
 
 
-def small(schema, **kw):
-    return OmegaConf.merge(OmegaConf.structured(schema), kw)
+def grid(**kw):
+    return OmegaConf.merge(OmegaConf.structured(GridConfig), kw)
 
 
-def test_runner_writes_files_and_caches(linear_run, monkeypatch):
-    cfg = small(LinearGridConfig, sigmas_f=[1.0, 2.0], sigmas_x=[1.0], n_functions=10, batch_size=10)
-    summary = evaluate(load_run(linear_run, CPU), cfg)
-    out = linear_run / "eval" / "linear_grid"
-    frame = pd.read_csv(out / "results.csv")
-    assert COLUMNS | {"sigma_f", "sigma_x", "length"} <= set(frame.columns)
-    assert set(frame.predictor) == {"model", "least_squares", "averaging", "knn3", "zero"}
-    assert (out / "mse_grid.png").exists() and (out / "mse_grid.pdf").exists()
-    assert json.loads((out / "summary.json").read_text())["step"] == summary["step"] == 6
-    from ssa_repro.evaluation import linear_grid as module
+class CountingModel(torch.nn.Module):
+    """Wraps a model and counts its forward calls (reuse means no call)."""
 
-    def boom(*a, **k):
-        raise AssertionError("recomputed")
+    def __init__(self, model):
+        super().__init__()
+        self.inner, self.calls = model, 0
 
-    monkeypatch.setattr(module.LinearGrid, "run", staticmethod(boom))
-    assert evaluate(load_run(linear_run, CPU), cfg)["seconds"] == summary["seconds"]  # cache hit
-    with pytest.raises(AssertionError, match="recomputed"):
-        evaluate(load_run(linear_run, CPU), OmegaConf.merge(cfg, {"force": True}))
-    with pytest.raises(AssertionError, match="recomputed"):  # another config is another result
-        evaluate(load_run(linear_run, CPU), OmegaConf.merge(cfg, {"seed": 7}))
+    @property
+    def blocks(self):
+        return self.inner.blocks
+
+    @property
+    def wpe(self):
+        return self.inner.wpe
+
+    def forward(self, *a, **k):
+        self.calls += 1
+        return self.inner(*a, **k)
 
 
-def test_default_eval_is_the_tasks_grid(every_run):
-    cfg = small(QuantifierGridConfig, sigmas=[1.0, 10.0], lengths=[5, 10], n_samples=2, batch_size=8)
-    evaluate(load_run(every_run, CPU), cfg)
-    frame = pd.read_csv(every_run / "eval" / "quantifier_grid" / "results.csv")
-    assert len(frame) == 2 * 2 * 2 and set(frame.metric) == {"sequence_error", "token_error"}
-    assert (frame.scorer == "ssa").all() and (frame.n_samples == 16).all()
+def counted(run_dir):
+    run = load_run(run_dir, CPU)
+    run.model = CountingModel(run.model)
+    return run
+
+
+def test_cells_accumulate_and_are_reused(every_run):
+    base = dict(lengths=[5, 10], n_samples=2, batch_size=8)
+    first = evaluate(counted(every_run), grid(sigmas=[1.0, 2.0], **base))
+    run = counted(every_run)
+    second = evaluate(run, grid(sigmas=[2.0, 5.0], **base))
+    assert second["protocol_id"] == first["protocol_id"]
+    assert (second["cells_reused"], second["cells_computed"]) == (2, 2)  # σ = 2 was there
+    folder = every_run / "eval" / "grid" / first["protocol_id"]
+    results = pd.read_csv(folder / "results.csv")
+    assert sorted(results.sigma_x.unique()) == [1.0, 2.0, 5.0]  # the derived table holds both calls
+    assert COLUMNS | {"sigma_x", "length", "eval", "protocol", "preset"} <= set(results.columns)
+    assert second["cells"] == 6 and (folder / "sequence_error_grid.png").stat().st_size > 0
+    calls = run.model.calls
+    run = counted(every_run)
+    again = evaluate(run, grid(sigmas=[1.0, 2.0, 5.0], **base))
+    assert again["cells_computed"] == 0 and run.model.calls == 0  # identical protocol: no model call
+    assert calls > 0
+    forced = evaluate(counted(every_run), grid(sigmas=[1.0], force=True, **base))
+    assert forced["cells_computed"] == 2
+    parts = sorted((folder / "parts").glob("results-*.csv"))
+    assert len(parts) >= 4  # nothing rewritten: the forced cells are new parts, the old ones stay
+    # another setting is another protocol, stored beside
+    other = evaluate(counted(every_run), grid(sigmas=[1.0], seed=7, **base))
+    assert other["protocol_id"] != first["protocol_id"]
+    assert {s.id for s in stored(every_run, "grid")} >= {first["protocol_id"], other["protocol_id"]}
+
+
+def test_an_interrupted_evaluation_keeps_its_finished_cells(linear_run, monkeypatch):
+    cfg = grid(sigmas=[1.0, 3.0], lengths=[5, 6], n_samples=1, batch_size=4, seed=42)
+    real = GridEvaluation.compute
+
+    def dies_after_one(self, run, cells, progress):
+        gen = real(self, run, cells, progress)
+        yield next(gen)
+        raise KeyboardInterrupt  # killed after the first length's cells were stored
+
+    monkeypatch.setattr(GridEvaluation, "compute", dies_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(load_run(linear_run, CPU), cfg)
+    monkeypatch.undo()
+    resumed = evaluate(load_run(linear_run, CPU), cfg)
+    assert resumed["cells_reused"] == 4 and resumed["cells_computed"] == 4  # 2 σ_F × 2 σ × 2 lengths
+    folder = linear_run / "eval" / "grid" / resumed["protocol_id"]
+    assert not list(folder.rglob(".*.tmp*"))  # no half-written file anywhere
+
+
+def test_a_failed_write_leaves_no_part_behind(linear_run, monkeypatch):
+    cfg = grid(sigmas=[2.0], lengths=[5], n_samples=1, batch_size=4, seed=43)
+
+    def full_disk(self, *a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full_disk)
+    with pytest.raises(OSError):
+        evaluate(load_run(linear_run, CPU), cfg)
+    monkeypatch.undo()
+    (folder,) = [s.dir for s in stored(linear_run, "grid") if s.protocol["seed"] == 43]
+    assert not list((folder / "parts").iterdir())  # nothing counted as a finished cell
+    assert evaluate(load_run(linear_run, CPU), cfg)["cells_computed"] == 1  # σ_F = σ = 2, length 5
+
+
+def test_a_new_checkpoint_step_is_computed_again(linear_run):
+    cfg = grid(sigmas=[1.0], lengths=[5], n_samples=1, batch_size=4, seed=99)
+    evaluate(load_run(linear_run, CPU), cfg)
+    run = load_run(linear_run, CPU)
+    run.step = 7  # as if trained further
+    again = evaluate(run, cfg)
+    assert again["cells_computed"] == 1 and again["step"] == 7 and again["steps"] == [6, 7]
+
+
+def test_presets_resolve_to_the_tasks_declared_evaluations(every_run, linear_run):
+    every_cfg = load_run(every_run, CPU).cfg
+    ev, found = runner.build(OmegaConf.structured(DefaultConfig), every_cfg)
+    assert ev.name == "grid" and ev.preset == "default"
+    assert found and "more than model.max_positions=64" in found[0]  # the tiny model is too short for it
+    assert ev.cfg.sigmas == [float(s) for s in range(1, 30)] and ev.cfg.lengths == list(range(10, 201, 10))
+    lin, found = runner.build(OmegaConf.structured(DefaultConfig), load_run(linear_run, CPU).cfg)
+    assert found == [] and lin.cfg.lengths == [5] and lin.cfg.sigmas_f == lin.cfg.sigmas and lin.cfg.batch_size == 100
+    quick, _ = runner.build(OmegaConf.structured(QuickConfig), every_cfg)
+    assert quick.cfg.n_samples == 10 and quick.cfg.lengths == [10, 20, 40, 80]
+    # the grid keys of eval=default apply directly (no need to name the grid)
+    keyed, found = runner.build(
+        OmegaConf.merge(OmegaConf.structured(DefaultConfig), {"sigmas": [1, 5]}), every_cfg
+    )
+    assert keyed.cfg.sigmas == [1, 5] and keyed.cfg.lengths == list(range(10, 201, 10))
+    assert any("more than model.max_positions" in p for p in found)
+
+
+def test_check_names_keys_values_and_the_task(linear_run, every_run):
+    lin = load_run(linear_run, CPU).cfg
+    assert any(
+        "eval.sigmas_f applies to tasks that draw a function" in p
+        for p in runner.check(load_run(every_run, CPU).cfg, grid(sigmas_f=[1.0]))
+    )
+    problems = runner.check(lin, grid(sigmas=[0.0], lengths=[100], n_samples=0))
+    text = "\n".join(problems)
+    assert "eval.sigmas=[0.0] must be a non-empty list of values > 0" in text
+    assert "more than model.max_positions=64" in text and "eval.n_samples=0 must be >= 1" in text
+    zorro = OmegaConf.structured(runner.EVALUATORS.schemas["zorro"])
+    assert runner.check(lin, zorro) == [
+        "eval=zorro does not apply to task=linear; this task supports: grid, deviant, attention, boundary"
+    ]
 
 
 def test_load_run_rejects_incomplete_or_inconsistent_folders(tmp_path, linear_run):
@@ -211,67 +330,17 @@ def test_load_run_rejects_incomplete_or_inconsistent_folders(tmp_path, linear_ru
     with pytest.raises(RunFolderError, match="no checkpoints/last.pt"):
         load_run(tmp_path / "half", CPU)
     other = tmp_path / "other"
-    train(make_cfg("model.n_embd=32"), other)
+    train(make_cfg("model.n_embd=32", "evaluation.enabled=false"), other)
     (other / "config.yaml").write_text((linear_run / "config.yaml").read_text())
     with pytest.raises(RunFolderError, match="model.n_embd: checkpoint has 32, config has 16"):
         load_run(other, CPU)
-
-
-def _cli(*args):
-    return subprocess.run(
-        [sys.executable, "evaluate.py", *args, "wandb=false"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-@pytest.mark.slow
-def test_cli_errors_before_any_work(tmp_path, linear_run):
-    proc = _cli(f"run_dir={tmp_path / 'missing'}")
-    assert proc.returncode != 0 and "is not a folder" in proc.stderr + proc.stdout
-    assert not (tmp_path / "missing").exists()  # Hydra created nothing
-    proc = _cli(f"run_dir={linear_run}", "eval=quantifier_grid")
-    assert proc.returncode != 0 and "needs an every/some run, not linear" in proc.stderr + proc.stdout
-    proc = _cli(f"run_dir={linear_run}", "eval=linear_grid", "eval.n_points=100")
-    assert proc.returncode != 0 and "more than model.max_positions=64" in proc.stderr + proc.stdout
-    proc = _cli(f"run_dir={linear_run}", "eval=nope")
-    assert proc.returncode != 0 and "linear_grid" in proc.stderr + proc.stdout  # the options are listed
-
-
-@pytest.mark.slow
-def test_cli_end_to_end(every_run):
-    proc = _cli(
-        f"run_dir={every_run}",
-        "eval=quantifier_grid",
-        "eval.sigmas=[1,2]",
-        "eval.lengths=[5,10]",
-        "eval.n_samples=1",
-        "eval.batch_size=4",
-        "eval.force=true",
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    frame = pd.read_csv(every_run / "eval" / "quantifier_grid" / "results.csv")
-    assert sorted(frame.sigma_x.unique()) == [1.0, 2.0] and sorted(frame.length.unique()) == [5, 10]
-    assert (every_run / "eval" / "evaluate.log").exists()
-
-
-def test_a_new_checkpoint_invalidates_the_cache(linear_run):
-    cfg = small(LinearGridConfig, sigmas_f=[1.0], sigmas_x=[1.0], n_functions=4, batch_size=4, seed=99)
-    evaluate(load_run(linear_run, CPU), cfg)
-    path = linear_run / "eval" / "linear_grid" / "summary.json"
-    summary = json.loads(path.read_text())
-    summary["step"] = 999_999  # as if cached for another checkpoint
-    path.write_text(json.dumps(summary))
-    assert evaluate(load_run(linear_run, CPU), cfg)["step"] == 6
-    assert json.loads(path.read_text())["step"] == 6
+    (other / "config.yaml").write_text("task: [unclosed\n")
+    with pytest.raises(RunFolderError, match="config.yaml is not a readable config"):
+        load_run(other, CPU)
 
 
 def test_progress_logs_every_tenth_off_a_terminal(caplog):
     import logging
-
-    from ssa_repro.evaluation.common import Progress
 
     with caplog.at_level(logging.INFO, logger="ssa_repro.evaluate"), Progress(20, "grid") as bar:
         for _ in range(20):
@@ -281,20 +350,59 @@ def test_progress_logs_every_tenth_off_a_terminal(caplog):
     assert "20/20 cells (100%)" in lines[-1] and "left" in lines[-1]
 
 
-def test_results_are_logged_to_the_runs_own_offline_wandb_run(tmp_path, monkeypatch):
-    import wandb
+# ------------------------------------------------------------------ the command line
+def _cli(*args, cwd=ROOT):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "evaluate.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    train(make_cfg("logger.mode=offline"), tmp_path)
-    (history,) = (tmp_path / "wandb").glob("offline-run-*/*.wandb")
-    before = {history: history.stat().st_size}
-    cfg = small(LinearGridConfig, sigmas_f=[1.0], sigmas_x=[1.0, 2.0], n_functions=4, batch_size=4)
-    evaluate(load_run(tmp_path, CPU), cfg, wandb_log=True)
-    assert wandb.run is None  # finished again
-    # the same run id, appended to (or, resumed offline in a new second, a new file of that run)
-    grown = [
-        p
-        for p in (tmp_path / "wandb").glob(f"offline-run-*-{history.stem[4:]}/*.wandb")
-        if p.stat().st_size > before.get(p, 0)
-    ]
-    assert grown, "the evaluation's tables and figures did not reach the run's W&B files"
+
+@pytest.mark.slow
+def test_cli_errors_before_any_work(tmp_path, linear_run):
+    before = sorted(p.relative_to(linear_run) for p in linear_run.rglob("*"))
+    proc = _cli(f"run_dir={tmp_path / 'missing'}")
+    assert proc.returncode != 0 and "is not a folder" in proc.stderr
+    assert not (tmp_path / "missing").exists()  # Hydra created nothing
+    proc = _cli(f"run_dir={linear_run}", "eval=zorro")
+    assert proc.returncode != 0 and "does not apply to task=linear" in proc.stderr
+    proc = _cli(f"run_dir={linear_run}", "eval.lengths=[100]")
+    assert proc.returncode != 0 and "more than model.max_positions=64" in proc.stderr
+    proc = _cli(f"run_dir={linear_run}", "eval=nope")
+    assert proc.returncode != 0 and "deviant" in proc.stderr  # the options are listed
+    proc = _cli(f"run_dir={linear_run}", "eval.sigma=[1]")  # a typo: the valid keys, and a guess
+    assert proc.returncode != 0 and "valid keys:" in proc.stderr and "did you mean sigmas?" in proc.stderr
+    proc = _cli("eval=grid")
+    assert proc.returncode != 0 and "give the run to evaluate: python evaluate.py run_dir=" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.relative_to(linear_run) for p in linear_run.rglob("*")) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_a_sigma_multirun_keeps_every_jobs_cells(tmp_path, launcher):
+    run = tmp_path / "run"
+    train(make_cfg("task=every", "evaluation.enabled=false"), run)
+    extra = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
+    proc = _cli(
+        "-m",
+        f"run_dir={run}",
+        "eval.sigmas=[1],[2],[5]",
+        "eval.lengths=[5,10]",
+        "eval.n_samples=1",
+        "eval.batch_size=4",
+        *extra,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (store,) = stored(run, "grid")
+    cells = store.read()
+    assert sorted(cells.sigma_x.unique()) == [1.0, 2.0, 5.0] and sorted(cells.length.unique()) == [5, 10]
+    summary = json.loads((store.dir / "summary.json").read_text())
+    assert summary["cells"] == 6  # the last job's figures and summary hold every job's cells
+    assert not (tmp_path / "multirun").exists() and not (tmp_path / "outputs").exists()
+    logs = list((run / "eval" / "sweeps").rglob("*.log"))
+    assert len(logs) == 3  # job logs inside the run folder

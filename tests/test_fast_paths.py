@@ -11,11 +11,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ssa_repro import validate
 from ssa_repro.models import build_model
 from ssa_repro.scorers import SCORERS, build_scorer
 from ssa_repro.scorers.base import Scorer
 from ssa_repro.scorers.ssa import SSAWeights
+from ssa_repro.training import validate
 from tests.conftest import make_cfg
 
 FAST = [n for n in SCORERS.names() if SCORERS.get(n).attend is not Scorer.attend]
@@ -180,7 +180,7 @@ def test_compiled_training_matches_eager(tmp_path):
 def test_evaluation_in_one_pass_equals_batch_by_batch():
     """predict_batches (many grid cells per forward pass, chunked by memory) gives each batch's own
     predictions, so vectorising the grids changes no number."""
-    from ssa_repro.evaluation import common
+    from ssa_repro.evaluation import inference as common
     from ssa_repro.tasks import build_task
 
     cfg = make_cfg("scorer=ssa", "task=every")

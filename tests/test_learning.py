@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ssa_repro.training.trainer import train
+from ssa_repro.cli.train_app import run_job
 from tests.conftest import make_cfg
 
 
@@ -23,11 +23,12 @@ def test_linear_is_learned_in_context(tmp_path, scorer):
         "train.log_interval=200",
         "train.ckpt_interval=2000",
         f"scorer={scorer}",
-        "evaluation.n_batches=4",
+        "evaluation.n_samples=4",
         "evaluation.batch_size=64",
         "evaluation.sigmas=[1.0]",
+        "evaluation.lengths=[11]",
     )
-    d = train(cfg, tmp_path)["eval"]["in_distribution"]
+    d = run_job(cfg, tmp_path)["evaluations"]["quick"]["in_distribution"]
     # Zero predictor: E[y^2] = E[a^2]E[x^2] + E[b^2] = 2 under N(0,1); least squares is exact (0).
     assert 1.7 < d["zero"] < 2.3
     assert d["least_squares"] < 1e-8

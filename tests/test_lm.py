@@ -6,18 +6,24 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 
+from ssa_repro.cli import evaluate_app
+from ssa_repro.cli.train_app import run_job
 from ssa_repro.evaluation import multiple_choice as mc
 from ssa_repro.evaluation.perplexity import stream_nll, windows
 from ssa_repro.models import build_model
+from ssa_repro.reports.lm_table import lm_table
+from ssa_repro.reports.lm_table import main as lm_table_main
 from ssa_repro.tasks import build_task
 from ssa_repro.training.checkpoint import load as load_ckpt
 from ssa_repro.training.trainer import train
-from ssa_repro.validate import problems
+from ssa_repro.training.validate import problems
+from tests.conftest import CONF, make_cfg, needs_shared
 from tests.conftest import SHARED_DATA as SHARED
-from tests.conftest import make_cfg, needs_shared
 
 SENTENCES = [
     "the cat sat on the mat and looked at the dog .",
@@ -54,8 +60,6 @@ def lm_overrides(root: Path, tmp_path: Path, *extra: str) -> list[str]:
         "model.n_embd=32",
         "train.batch_size=8",
         "train.warmup_steps=0",
-        "evaluation.n_batches=4",
-        "evaluation.batch_size=8",
         "logger.mode=disabled",
         *extra,
     ]
@@ -203,8 +207,8 @@ def test_tiny_lm_overfits_and_resumes_exactly(tmp_path):
     over = lm_overrides(root, tmp_path, "train.lr=3e-3", "train.log_interval=20", "model.n_layer=2")
     # 1) overfit a tiny text: perplexity near 1 (the held-out documents repeat the same sentences)
     cfg = make_cfg(*over, "train.steps=200", "train.ckpt_interval=100", tiny=False)
-    summary = train(cfg, tmp_path / "fit")
-    ppl = summary["eval"]["in_distribution"]
+    summary = run_job(cfg, tmp_path / "fit")
+    ppl = summary["evaluations"]["quick"]["in_distribution"]
     assert ppl["heldout_ppl"] < 1.6, ppl
     # 2) a run stopped and resumed mid-epoch equals the uninterrupted one (data position from the index)
     # (constant lr: a cosine schedule depends on train.steps, which the first part changes)
@@ -292,11 +296,6 @@ def test_lm_eval_adapter_matches_builtin_scorer(tmp_path):
 @pytest.mark.slow
 @needs_shared
 def test_eval_lm_end_to_end_and_table(tmp_path):
-    from hydra import compose, initialize_config_dir
-
-    from ssa_repro.evaluation import app
-    from ssa_repro.evaluation.lm import compare_main, lm_table
-    from tests.conftest import CONF
 
     root = tiny_root(tmp_path)
     (root / "lm_eval").mkdir()
@@ -315,18 +314,18 @@ def test_eval_lm_end_to_end_and_table(tmp_path):
                 "eval.backend=builtin",
                 "eval.tasks=[copa,arc_easy,lambada_openai]",
                 "eval.num_fewshot=[0,1]",
-                "wandb=false",
             ],
         )
-    summary = app.main(cfg)
+    summary = evaluate_app.main(cfg)
     assert set(summary["perplexity"]) == {"heldout", "valid", "test"}
     assert "CB" in summary["unavailable_offline"]
-    out = run / "eval" / "lm"
-    ppl = __import__("pandas").read_csv(out / "perplexity.csv")
+    out = Path(summary["dir"])
+    ppl = pd.read_csv(out / "perplexity.csv")
     assert ppl.whole_stream.all() and (ppl.perplexity > 1).all() and ppl.word_perplexity.notna().all()
-    res = __import__("pandas").read_csv(out / "results.csv")
-    assert set(res.task) == {"copa", "arc_easy", "lambada_openai"} and set(res.shots) == {0, 1}
-    assert (res.n == 3).all()
+    res = pd.read_csv(out / "results.csv")
+    bench = res[res.benchmark.notna()]
+    assert set(bench.benchmark) == {"copa", "arc_easy", "lambada_openai"} and set(bench.shots) == {0, 1}
+    assert (bench.n == 3).all()
     table = lm_table([run, run], tmp_path / "t" / "lm_table")
     assert list(table.columns) == [
         "0-shot softmax",
@@ -335,4 +334,4 @@ def test_eval_lm_end_to_end_and_table(tmp_path):
         "1-shot softmax (run)",
     ]
     assert (tmp_path / "t" / "lm_table.md").exists()
-    assert compare_main([tmp_path / "nothing_here"]) == 1
+    assert lm_table_main([tmp_path / "nothing_here"]) == 1

@@ -4,17 +4,25 @@ tiny end-to-end run on a constructed corpus (no dependence on ../shared/data).""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
-from ssa_repro import validate
+from ssa_repro.cli.train_app import run_job
 from ssa_repro.data import childes
+from ssa_repro.evaluation import runner
+from ssa_repro.evaluation.loading import load_run
+from ssa_repro.evaluation.zorro import ZorroConfig
 from ssa_repro.models import build_model
 from ssa_repro.tasks import build_task
 from ssa_repro.tasks.mlm import hidden_states, logits_at, mask_tokens
+from ssa_repro.training import validate
+from ssa_repro.training.trainer import train
 from tests.conftest import CONF, make_cfg
 
 WORDS = "the a dog cat ball mommy daddy sees wants likes big red is are you we look here there".split()
@@ -219,41 +227,28 @@ def test_head_at_selected_positions_equals_the_full_forward(post_ln):
 
 # ------------------------------------------------------------------ end to end
 def test_tiny_run_resumes_exactly_and_evaluates_zorro(data_root, tmp_path):
-    from ssa_repro.evaluation import runner
-    from ssa_repro.evaluation.run import load_run
-    from ssa_repro.training.trainer import train
-
     over = ("train.batch_size=8", "model.n_embd=16", "model.n_layer=1", "model.n_head=2")
-    full = train(mlm_cfg(data_root, *over), tmp_path / "full")
+    full = run_job(mlm_cfg(data_root, *over), tmp_path / "full")
     train(mlm_cfg(data_root, *over, "train.steps=3"), tmp_path / "part")
     train(mlm_cfg(data_root, *over), tmp_path / "part")  # resumes at step 3
     a = torch.load(tmp_path / "full/checkpoints/last.pt", weights_only=False)["model"]
     b = torch.load(tmp_path / "part/checkpoints/last.pt", weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
-    ev = full["eval"]
-    assert {"heldout_mlm_loss", "zorro_pll_mean_all", "zorro_holistic_mean_paper12"} <= set(
-        ev["in_distribution"]
-    )
-    quick = tmp_path / "full" / "eval" / "quick"
-    assert (quick / "zorro.png").exists() and (quick / "heldout.csv").exists()
+    ev = full["evaluations"]["quick"]  # the end-of-run evaluation: held-out loss and a Zorro subset
+    assert ev["evaluation"] == "zorro"
+    assert {"heldout_mlm_loss", "zorro_pll_mean_all", "zorro_holistic_mean_paper12"} <= set(ev["in_distribution"])
+    assert (Path(ev["dir"]) / "zorro_accuracy.png").exists()
 
     run = load_run(tmp_path / "full", torch.device("cpu"))
-    from omegaconf import OmegaConf
-
-    from ssa_repro.evaluation.zorro import ZorroConfig
-
     ecfg = OmegaConf.merge(OmegaConf.structured(ZorroConfig), {"n_pairs": 2})
     assert runner.check(run.cfg, ecfg) == []
-    summary = runner.evaluate(run, ecfg, wandb_log=False)
-    out = tmp_path / "full" / "eval" / "zorro"
-    import pandas as pd
-
-    res = pd.read_csv(out / "results.csv")
+    summary = runner.evaluate(run, ecfg)
+    res = pd.read_csv(Path(summary["dir"]) / "results.csv")
     per = res[~res.paradigm.str.startswith("mean")]
     assert len(per) == 2 * 2 and set(per.n_samples) == {2}
     assert per[per.reported].paper_name.tolist() == ["agr_subj_verb-across_PP"] * 2
-    assert (out / "zorro_accuracy.png").exists() and "zorro_pll_mean_all" in summary["headline"]
+    assert (Path(summary["dir"]) / "zorro_accuracy.png").exists() and "zorro_pll_mean_all" in summary["headline"]
     # eval=default on an mlm run means Zorro
-    default = OmegaConf.create({"name": "default", "force": False})
-    assert runner.resolve(default, run).name == "zorro"
+    ev, found = runner.build(OmegaConf.structured(runner.DefaultConfig), run.cfg)
+    assert ev.name == "zorro"

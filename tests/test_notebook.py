@@ -6,14 +6,14 @@ import json
 
 import matplotlib
 
-from ssa_repro.training.trainer import train
+from ssa_repro.cli.train_app import run_job
 from tests.conftest import ROOT, make_cfg
 
 matplotlib.use("Agg")
 
 
 def test_explore_notebook_runs(tmp_path):
-    train(make_cfg("scorer=ssa"), tmp_path)
+    run_job(make_cfg("scorer=ssa"), tmp_path)
     nb = json.loads((ROOT / "notebooks" / "explore_run.ipynb").read_text())
     cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     scope: dict = {}

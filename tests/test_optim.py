@@ -45,7 +45,7 @@ def test_adamw_decays_matrices_only():
 
 
 def test_bad_train_values_are_named():
-    from ssa_repro import validate
+    from ssa_repro.training import validate
 
     cfg = make_cfg("train.grad_accum=0", "train.min_lr_ratio=2.0", "train.weight_decay=0.1")
     msg = "\n".join(validate.problems(cfg))

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ssa_repro.scorers.diagnostics import load_scorer, saturation, scorer_options, sdpa_step_cost, step_cost
+from ssa_repro.config import load_scorer, scorer_options
+from ssa_repro.scorers.diagnostics import saturation, sdpa_step_cost, step_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_GRID = [(16, 5.0), (16, 10.0), (16, 20.0), (80, 20.0)]  # scorers.md's columns (N, g)

@@ -19,10 +19,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ssa_repro.evaluation import compare
-from ssa_repro.hydra_app import MAX_DIR, job_dir
+from ssa_repro.cli.sweeps import MAX_DIR, job_dir
+from ssa_repro.evaluation.store import stored
+from ssa_repro.reports import compare
 from ssa_repro.training import checkpoint
-from ssa_repro.validate import check
+from ssa_repro.training.validate import check
 from tests.conftest import CONF, ROOT, TINY
 
 # The tiny run of conftest, logging to W&B offline (the point of some checks here).
@@ -73,7 +74,8 @@ def _check_two_jobs(sweep: Path, proc) -> dict[str, Path]:
     assert jobs["seed=0"] != jobs["seed=1"] and all(p.name.endswith(s) for s, p in jobs.items())
     ids = set()
     for seed, job in jobs.items():
-        assert (job / "eval" / "quick" / "grid.csv").stat().st_size > 0
+        (quick,) = stored(job, "grid")  # the end-of-run evaluation, stored like evaluate.py's
+        assert quick.parts() and (quick.dir / "summary.json").stat().st_size > 0
         assert json.loads((job / "summary.json").read_text())["steps"] == 6
         cfg = OmegaConf.load(job / "config.yaml")
         assert cfg.logger.group == sweep.name  # one W&B group per sweep
@@ -185,8 +187,8 @@ def test_basic_multirun_failure_rerun_and_compare(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_joblib_multirun_two_jobs_two_wandb_runs_and_full_grids(tmp_path):
-    """joblib workers; each job also runs evaluate.py's linear_grid (small) at its end, so compare.py
-    picks the full grid for the sweep."""
+    """joblib workers; each job also runs the task's paper grid at its end (evaluation.also), so
+    compare.py picks that protocol for the sweep."""
     sweep = tmp_path / "sweep"
     proc = _train(
         "-m",
@@ -195,16 +197,15 @@ def test_joblib_multirun_two_jobs_two_wandb_runs_and_full_grids(tmp_path):
         "seed=0,1",
         *ARGS,
         f"hydra.sweep.dir={sweep}",
-        "hydra.callbacks.evaluate.evals=[linear_grid]",
-        'hydra.callbacks.evaluate.overrides=["eval.n_functions=4","eval.sigmas_f=[1.0,2.0]","eval.sigmas_x=[1.0,3.0]"]',
+        "evaluation.also=[default]",
     )
-    jobs = _check_two_jobs(sweep, proc)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "Joblib.Parallel" in proc.stdout + proc.stderr
-    for job in jobs.values():
-        assert (job / "eval" / "linear_grid" / "results.csv").stat().st_size > 0
+    for job in _jobs(sweep).values():
+        assert len(stored(job, "grid")) == 2  # quick and the paper grid, side by side
     comp = compare.collect([sweep])
-    assert comp.eval == "linear_grid" and [g.seeds for g in comp.groups] == [[0, 1]]
-    assert comp.grid(comp.labels[0]).shape == (2, 2)
+    assert comp.eval == "grid" and [g.seeds for g in comp.groups] == [[0, 1]]
+    assert comp.grid(comp.labels[0]).shape == (10, 10)  # σ_F × σ 1..10
 
 
 @pytest.mark.slow

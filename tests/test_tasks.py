@@ -77,26 +77,33 @@ def test_linear_prompts_are_lines_interleaved():
 
 
 @pytest.mark.parametrize("sig_a,sig_b,sig_x", [(1.0, 1.0, 1.0), (3.0, 0.5, 2.0), (10.0, 5.0, 0.25)])
-def test_linear_moments_with_overrides(sig_a, sig_b, sig_x):
-    task = make("linear")
-    bsz, n = 20000, 8
-    overrides = dict(a_dist=D.normal(sig_a), b_dist=D.normal(sig_b), x_dist=D.normal(sig_x))
-    if (sig_a, sig_b, sig_x) == (1.0, 1.0, 1.0):
-        overrides = {}  # the config's defaults: a, b, x ~ N(0, 1)
-    batch = task.sample(bsz, n, gen(1), "cpu", **overrides)
+def test_linear_moments_follow_the_config(sig_a, sig_b, sig_x):
+    dists = dict(a_dist=D.normal(sig_a), b_dist=D.normal(sig_b), x_dist=D.normal(sig_x))
+    task = make("linear", **({} if (sig_a, sig_b, sig_x) == (1.0, 1.0, 1.0) else dists))
+    batch = task.sample(20000, 8, gen(1), "cpu")
     a, b = recover_line(batch.xs, batch.targets)
     for values, sig in ((a, sig_a), (b, sig_b), (batch.xs.double(), sig_x)):
         assert abs(values.mean().item()) < 0.05 * sig
         assert values.std().item() == pytest.approx(sig, rel=0.03)
-    # the config itself is not changed by an override
-    assert float(task.cfg.a_dist.std) == 1.0
+    torch.testing.assert_close(batch.params["a"], a.float(), rtol=1e-3, atol=1e-3)  # the function drawn
+
+
+@pytest.mark.parametrize("sig_f,sig_x", [(3.0, 2.0), (10.0, 0.25)])
+def test_linear_shift_scales_the_function_and_the_inputs(sig_f, sig_x):
+    """The grid's shifts: a, b ~ N(0, σ_F) and x ~ N(0, σ) whatever the config; the config unchanged."""
+    task = make("linear", a_dist=D.normal(7.0))
+    batch = task.sample(20000, 8, gen(1), "cpu", {"sigma_f": sig_f, "sigma_x": sig_x})
+    a, b = recover_line(batch.xs, batch.targets)
+    for values, sig in ((a, sig_f), (b, sig_f), (batch.xs.double(), sig_x)):
+        assert values.std().item() == pytest.approx(sig, rel=0.03)
+    assert float(task.cfg.a_dist.std) == 7.0
 
 
 def test_linear_uniform_respects_low_high():
-    task = make("linear")
     lo, hi = 2.0, 5.0
     uni = DistConfig(kind=DistKind.uniform, low=lo, high=hi)
-    batch = task.sample(10000, 10, gen(2), "cpu", x_dist=uni, a_dist=uni)
+    task = make("linear", x_dist=uni, a_dist=uni)
+    batch = task.sample(10000, 10, gen(2), "cpu")
     xs = batch.xs
     assert (xs >= lo).all() and (xs <= hi).all()
     assert xs.mean().item() == pytest.approx((lo + hi) / 2, abs=0.02)
@@ -206,7 +213,7 @@ def test_quantifier_balanced_sampling(name, labels_in_context, balance, supervis
     assert absx.mean().item() == pytest.approx(math.sqrt(2 / math.pi) * sigma, rel=0.02)
     assert absx.square().mean().item() == pytest.approx(sigma**2, rel=0.03)
     # ... exactly: only signs of the raw draws are changed (same seed, no balancing)
-    raw = task.sample(bsz, n, gen(6), "cpu", balance=False)
+    raw = task.build(task.draw(bsz, n, gen(6), "cpu", balance=False))
     assert torch.equal(batch.xs.abs(), raw.xs.abs())
 
 

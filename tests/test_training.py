@@ -13,11 +13,13 @@ import pandas as pd
 import pytest
 import torch
 
+from ssa_repro.cli.train_app import run_job
+from ssa_repro.evaluation.store import stored
 from ssa_repro.models import build_model
 from ssa_repro.training import checkpoint
 from ssa_repro.training.checkpoint import CheckpointError
 from ssa_repro.training.trainer import TrainingDiverged, train
-from ssa_repro.validate import ConfigError
+from ssa_repro.training.validate import ConfigError
 from tests.conftest import CONF, ROOT, TINY, make_cfg
 
 COMBOS = [
@@ -33,10 +35,12 @@ def test_every_combination_trains(tmp_path, task, model, scorer):
     extra = (
         ["task.labels_in_context=false", "task.supervise=last"] if (task, model) == ("some", "gpt2") else []
     )
-    summary = train(make_cfg(f"task={task}", f"model={model}", f"scorer={scorer}", *extra), tmp_path)
+    summary = run_job(make_cfg(f"task={task}", f"model={model}", f"scorer={scorer}", *extra), tmp_path)
     assert summary["steps"] == 6 and torch.isfinite(torch.tensor(summary["final_loss"]))
-    grid = pd.read_csv(tmp_path / "eval" / "quick" / "grid.csv")
+    (quick,) = stored(tmp_path, "grid")  # the end-of-run evaluation
+    grid = quick.read()
     assert len(grid) > 0 and grid["value"].notna().all()
+    assert summary["evaluations"]["quick"]["protocol_id"] == quick.id
 
 
 SCORER_OPTIONS = sorted(p.stem for p in (CONF / "scorer").glob("*.yaml"))
@@ -68,7 +72,7 @@ def test_every_scorer_option_trains_on_every_task(tmp_path, task, scorer):
 
 
 def test_run_folder_contents(tmp_path):
-    train(make_cfg("scorer=ssa", "train.keep_every=3"), tmp_path)
+    run_job(make_cfg("scorer=ssa", "train.keep_every=3"), tmp_path)
     names = {p.name for p in tmp_path.iterdir()}
     assert {
         "config.yaml",
@@ -94,7 +98,8 @@ def test_run_folder_contents(tmp_path):
     prov = json.loads((tmp_path / "provenance.json").read_text())
     assert prov[0]["packages"]["torch"].startswith("2.13") and "git_commit" in prov[0]
     assert "step 6/6" in (tmp_path / "train.log").read_text()
-    grid = pd.read_csv(tmp_path / "eval" / "quick" / "grid.csv")
+    (quick,) = stored(tmp_path, "grid")
+    grid = pd.read_csv(quick.dir / "results.csv")
     assert {
         "task",
         "scorer",
@@ -109,8 +114,8 @@ def test_run_folder_contents(tmp_path):
         "ci_low",
         "ci_high",
     } <= set(grid.columns)
-    assert set(grid.predictor) == {"model", "least_squares", "zero"}
-    assert (tmp_path / "eval" / "quick" / "grid.png").stat().st_size > 0
+    assert set(grid.predictor) == {"model", "least_squares", "averaging", "knn3", "zero"}
+    assert (quick.dir / "mse_grid.png").stat().st_size > 0
     # least squares fits a noise-free line exactly from 2 examples on
     assert grid[grid.predictor == "least_squares"]["value"].max() < 1e-8
     assert json.loads((tmp_path / "summary.json").read_text())["parameters"] > 0

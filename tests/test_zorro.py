@@ -12,7 +12,9 @@ import torch
 
 from ssa_repro.data import childes
 from ssa_repro.evaluation import zorro
+from ssa_repro.evaluation.store import Store
 from ssa_repro.models import build_model
+from ssa_repro.reports import zorro_table
 from tests.conftest import make_cfg
 
 
@@ -75,10 +77,16 @@ def test_accuracy_of_a_model_that_prefers_even_lines(tmp_path, monkeypatch, pref
     assert zorro.headline(results) == {"zorro_fake_mean_all": expected, "zorro_fake_mean_paper12": expected}
 
 
-def test_binomial_standard_error():
+def test_binomial_standard_error_and_wilson_interval():
     b = zorro.binomial(150, 200)
     assert b["value"] == 75.0 and math.isclose(b["se"], 100 * math.sqrt(0.75 * 0.25 / 200))
-    assert math.isclose(b["ci_high"] - b["ci_low"], 2 * 1.96 * b["se"])
+    # the Wilson score interval, written out: (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)
+    p, n, z = 0.75, 200, 1.959963984540054
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    lo, hi = 100 * (centre - half) / (1 + z * z / n), 100 * (centre + half) / (1 + z * z / n)
+    assert math.isclose(b["ci_low"], lo, rel_tol=1e-9) and math.isclose(b["ci_high"], hi, rel_tol=1e-9)
+    edge = zorro.binomial(200, 200)
+    assert edge["ci_high"] == 100.0 and edge["ci_low"] < 100.0
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +127,10 @@ def test_holistic_score_equals_a_direct_computation(tiny_encoder):
 
 
 def _results(tmp_path, scorer, seed, values):
-    d = tmp_path / f"{scorer}_s{seed}" / "eval" / "zorro"
-    d.mkdir(parents=True)
+    """A run folder of an mlm run with stored Zorro results (as eval=zorro stores them)."""
+    run = tmp_path / f"{scorer}_s{seed}"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(f"task:\n  name: mlm\nscorer:\n  label: {scorer}\nseed: {seed}\n")
     rows = [
         {
             "scorer": scorer,
@@ -129,7 +139,9 @@ def _results(tmp_path, scorer, seed, values):
             "paper_name": name,
             "reported": bool(name),
             "method": "pll",
+            "metric": "accuracy",
             "value": v,
+            "step": 10,
         }
         for (stem, name), v in zip(
             [("binding-principle_a", "binding-principle_a"), ("ellipsis-n_bar", ""), ("mean (2)", "")],
@@ -137,14 +149,14 @@ def _results(tmp_path, scorer, seed, values):
             strict=True,
         )
     ]
-    pd.DataFrame(rows).to_csv(d / "results.csv", index=False)
+    Store(run, "zorro", {"version": 1}, []).write({"results": pd.DataFrame(rows)})
 
 
 def test_table3_layout_aggregates_seeds(tmp_path):
     _results(tmp_path, "ssa_n2", 0, [90, 60, 75])
     _results(tmp_path, "softmax", 0, [70, 50, 60])
     _results(tmp_path, "softmax", 1, [80, 60, 70])
-    table = zorro.zorro_table([tmp_path])
+    table = zorro_table.zorro_table([tmp_path])
     assert list(table.index) == ["binding-principle_a", "ellipsis-n_bar", "mean (2)"]
     assert [c for c in table.columns if " " not in c] == ["softmax", "ssa_n2"]
     row = table.loc["binding-principle_a"]
@@ -152,12 +164,12 @@ def test_table3_layout_aggregates_seeds(tmp_path):
         row["softmax"] == 75 and math.isclose(row["softmax sd"], math.sqrt(50)) and row["softmax seeds"] == 2
     )
     assert row["ssa_n2"] == 90 and row["paper softmax"] == 78.25 and row["paper ssa_n1.5"] == 87.9
-    files = zorro.write_zorro_table(table, tmp_path / "out")
+    files = zorro_table.write_zorro_table(table, tmp_path / "out")
     assert all(f.exists() for f in files)
     md = (tmp_path / "out" / "zorro_table.md").read_text()
     assert "| binding-principle_a | 75.0 ± 7.1 (2) | 90.0 | 78.25 / 87.9 / 80.2 |" in md
     with pytest.raises(FileNotFoundError, match="eval=zorro"):
-        zorro.zorro_table([tmp_path / "nothing"])
+        zorro_table.zorro_table([tmp_path / "nothing"])
 
 
 def test_zorro_table_script(tmp_path, capsys):
@@ -178,5 +190,5 @@ def test_mlm_run_dirs_finds_mlm_runs_only(tmp_path):
     for name, task in (("a", "mlm"), ("b", "linear")):
         (tmp_path / "sweep" / name).mkdir(parents=True)
         (tmp_path / "sweep" / name / "config.yaml").write_text(f"task:\n  name: {task}\n")
-    assert zorro.mlm_run_dirs([tmp_path / "sweep"]) == [tmp_path / "sweep" / "a"]
-    assert zorro.mlm_run_dirs([tmp_path / "sweep" / "b"]) == []
+    assert zorro_table.mlm_run_dirs([tmp_path / "sweep"]) == [tmp_path / "sweep" / "a"]
+    assert zorro_table.mlm_run_dirs([tmp_path / "sweep" / "b"]) == []

@@ -1,13 +1,17 @@
-"""Evaluations that read a run folder and write tables and figures into it (``python evaluate.py``)."""
+"""Evaluations that read a run folder and store their results in it (``python evaluate.py``).
+
+Each module registers one evaluation (``EVALUATORS``); ``runner.evaluate`` runs one on a loaded run and
+``store`` holds the results. Importing this package fills the registry.
+"""
 
 from ssa_repro.evaluation import (  # noqa: F401  (fill the registry)
     attention,
     boundary,
     deviant,
-    linear_grid,
+    grid,
     lm,  # eval=lm (task=lm)
-    quantifier_grid,
-    zorro,
+    runner,  # the presets eval=default and eval=quick
+    zorro,  # eval=zorro (task=mlm)
 )
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
 

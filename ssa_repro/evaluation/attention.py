@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,26 +28,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ssa_repro.core.distributions import normal
-from ssa_repro.evaluation import plots
-from ssa_repro.evaluation.common import Progress, cell_generator, stat
-from ssa_repro.evaluation.deviant import (
-    SUPPORTED,
-    attention_chunk,
-    draw_map,
-    insert,
-    make_batch,
-    stride,
-    token_labels,
-    tokens_per_example,
-)
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
-from ssa_repro.tasks.base import Batch
-from ssa_repro.tasks.quantifier import Quantifier
+from ssa_repro.core import plotting
+from ssa_repro.core.atomic import atomic_path
+from ssa_repro.evaluation.deviant import attention_chunk, draw_map, insert, token_labels
+from ssa_repro.evaluation.intervals import summarize
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, supported
+from ssa_repro.evaluation.sampling import cell_generator
+from ssa_repro.tasks.base import Batch, Prompts
 
 log = logging.getLogger("ssa_repro.evaluate")
 
 MAX_LABELLED_TOKENS = 48  # token values on the axes of the map grid up to this prompt length
+KINDS = {"entropy": "real", "max_weight": "rate"}
 
 
 def row_stats(w: torch.Tensor, queries: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -103,68 +96,6 @@ def _batches(n_prompts: int, batch_size: int):
         left -= batch_size
 
 
-def concentration_rows(
-    model, task, *, sigmas, magnitudes, length, n_prompts, batch_size, seed, device, base=None, progress=None
-):
-    """Rows (dicts) of entropy and largest weight per layer, against σ and against M."""
-    base = base or {}
-    s = stride(task)
-    t = s * length
-    rows = []
-
-    def add(stats, sweep, sigma, m, predictor):
-        for layer, d in enumerate(stats):
-            for metric, v in d.items():
-                v = v[~torch.isnan(v)]
-                if len(v):
-                    rows.append(
-                        {
-                            **base,
-                            "predictor": predictor,
-                            "sweep": sweep,
-                            "layer": layer if predictor == "model" else np.nan,
-                            "sigma_x": sigma,
-                            "M": float(m),
-                            "length": int(length),
-                            "metric": metric,
-                            **stat(v),
-                        }
-                    )
-
-    for sigma in sigmas:
-        g = cell_generator(seed, sigma, length)
-        per, uni = [], []
-        for bsz in _batches(n_prompts, batch_size):
-            b = task.sample(bsz, length, g, "cpu", x_dist=normal(sigma)).to(device)
-            queries = torch.ones(bsz, t, dtype=torch.bool, device=device)
-            queries[:, 0] = False
-            per.append(layer_stats(model, b.tokens, queries))
-            uni.append(uniform_stats(queries.cpu()))
-        add(_merge(per), "sigma", float(sigma), 0.0, "model")
-        add(_merge([[u] for u in uni]), "sigma", float(sigma), 0.0, "uniform")
-        if progress is not None:
-            progress.update(1)
-
-    # the same prompts and positions for every M: only the inserted value changes
-    g = cell_generator(seed, -1.0, length)
-    base_batches = []
-    for bsz in _batches(n_prompts, batch_size):
-        clean = task.sample(bsz, length, g, "cpu")
-        base_batches.append((clean, torch.randint(0, length, (bsz, 1), generator=g)))
-    for m in magnitudes:
-        per, uni = [], []
-        for clean, pos in base_batches:
-            b = clean if m == 0 else insert(task, clean, pos, torch.full(pos.shape, float(m)))
-            queries = torch.arange(t)[None, :] >= pos * s  # from the inserted x token on
-            per.append(layer_stats(model, b.tokens.to(device), queries.to(device)))
-            uni.append(uniform_stats(queries))
-        add(_merge(per), "magnitude", np.nan, float(m), "model")
-        add(_merge([[u] for u in uni]), "magnitude", np.nan, float(m), "uniform")
-        if progress is not None:
-            progress.update(1)
-    return rows
-
-
 def _merge(per_batch: list[list[dict]]) -> list[dict[str, torch.Tensor]]:
     """[batch][layer]{metric: [b]} -> [layer]{metric: [N]}."""
     return [
@@ -173,26 +104,81 @@ def _merge(per_batch: list[list[dict]]) -> list[dict[str, torch.Tensor]]:
     ]
 
 
+def _rows(stats, cell: dict, length: int, predictor: str, base: dict) -> list[dict]:
+    rows = []
+    for layer, d in enumerate(stats):
+        for metric, v in d.items():
+            s = summarize(v.numpy(), KINDS[metric])
+            if s["n_samples"]:
+                rows.append(
+                    {
+                        **base,
+                        **cell,
+                        "predictor": predictor,
+                        "layer": layer if predictor == "model" else np.nan,
+                        "length": int(length),
+                        "metric": metric,
+                        **s,
+                    }
+                )
+    return rows
+
+
+def sigma_rows(model, task, sigma, *, length, n_prompts, batch_size, seed, device, base) -> list[dict]:
+    """Entropy and largest weight per layer with x ~ N(0, σ), all query rows but the first."""
+    g = cell_generator(seed, sigma, length)
+    t = task.n_tokens(length)
+    per, uni = [], []
+    for bsz in _batches(n_prompts, batch_size):
+        b = task.sample(bsz, length, g, "cpu", {"sigma_x": float(sigma)}).to(device)
+        queries = torch.ones(bsz, t, dtype=torch.bool, device=device)
+        queries[:, 0] = False
+        per.append(layer_stats(model, b.tokens, queries))
+        uni.append(uniform_stats(queries.cpu()))
+    cell = {"sweep": "sigma", "sigma_x": float(sigma), "M": 0.0}
+    return _rows(_merge(per), cell, length, "model", base) + _rows(
+        _merge([[u] for u in uni]), cell, length, "uniform", base
+    )
+
+
+def magnitude_rows(model, task, m, *, length, n_prompts, batch_size, seed, device, base) -> list[dict]:
+    """The same with one value M at a uniform example position (the same prompts and positions for
+    every M; M = 0: nothing inserted), the query rows from the inserted x token on."""
+    g = cell_generator(seed, -1.0, length)
+    s, t = task.stride(), task.n_tokens(length)
+    per, uni = [], []
+    for bsz in _batches(n_prompts, batch_size):
+        clean = task.sample(bsz, length, g, "cpu")
+        pos = torch.randint(0, length, (bsz, 1), generator=g)
+        b = clean if m == 0 else insert(task, clean, pos, torch.full(pos.shape, float(m)))
+        queries = torch.arange(t)[None, :] >= pos * s  # from the inserted x token on
+        per.append(layer_stats(model, b.tokens.to(device), queries.to(device)))
+        uni.append(uniform_stats(queries))
+    cell = {"sweep": "magnitude", "sigma_x": math.nan, "M": float(m)}
+    return _rows(_merge(per), cell, length, "model", base) + _rows(
+        _merge([[u] for u in uni]), cell, length, "uniform", base
+    )
+
+
 # ------------------------------------------------------------------ one prompt
 def one_prompt(task, cfg, length: int) -> tuple[Batch, int]:
     """The prompt of part (a) (a batch of one) and the token index of its deviant value (-1: none)."""
     if cfg.prompt:
         xs = torch.tensor([list(cfg.prompt)], dtype=torch.float32)
-        if isinstance(task, Quantifier):
-            return make_batch(task, xs), -1
-        return make_batch(task, xs, float(cfg.a) * xs + float(cfg.b)), -1
+        params = {"a": torch.tensor([[float(cfg.a)]]), "b": torch.tensor([[float(cfg.b)]])}
+        return task.build(Prompts(xs, params if not task.classification else {})), -1
     g = cell_generator(cfg.seed, length, 0.5)
     batch = task.sample(1, length, g, "cpu")
     if not cfg.deviant_magnitude:
         return batch, -1
     p = length // 2 if cfg.deviant_position is None else int(cfg.deviant_position)
     batch = insert(task, batch, torch.tensor([[p]]), torch.tensor([[float(cfg.deviant_magnitude)]]))
-    return batch, p * stride(task)
+    return batch, p * task.stride()
 
 
 def maps_figure(maps: np.ndarray, labels: list[str] | None, marked: int, title: str, path: Path):
     """Grid of maps [L, H, T, T]: layers in rows, heads in columns; one shared colour scale."""
-    plt = plots.plt
+    plt = plotting.plt
     n_layer, n_head, t = maps.shape[:3]
     size = 2.6 if labels is None else min(6.0, max(2.6, 0.11 * t))
     fig, axes = plt.subplots(
@@ -218,16 +204,16 @@ def maps_figure(maps: np.ndarray, labels: list[str] | None, marked: int, title: 
                 ax.set_ylabel("query token", fontsize=8)
     fig.colorbar(im, ax=axes, shrink=0.5, aspect=30, label="attention weight (sqrt scale)")
     fig.suptitle(title, fontsize=9)
-    return plots.save(fig, path)
+    return plotting.save(fig, path)
 
 
 def concentration_figure(frame: pd.DataFrame, sweep: str, x: str, title: str, path: Path) -> list[Path]:
     """Entropy and largest weight against ``x``, one line per layer; uniform attention dashed."""
-    plt = plots.plt
+    plt = plotting.plt
     d = frame[frame.sweep == sweep]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), constrained_layout=True)
     layers = sorted(d[d.predictor == "model"].layer.unique())
-    colours = plots.sns.color_palette("viridis", len(layers)) if len(layers) > 1 else ["C0"]
+    colours = plotting.sns.color_palette("viridis", len(layers)) if len(layers) > 1 else ["C0"]
     for ax, metric, ylabel in (
         (axes[0], "entropy", "attention entropy per query (nats)"),
         (axes[1], "max_weight", "largest attention weight per query"),
@@ -254,7 +240,7 @@ def concentration_figure(frame: pd.DataFrame, sweep: str, x: str, title: str, pa
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle(title, fontsize=9)
-    return plots.save(fig, path)
+    return plotting.save(fig, path)
 
 
 # ------------------------------------------------------------------ evaluator
@@ -277,18 +263,27 @@ class AttentionConfig(EvalConfig):
 
 
 @EVALUATORS.register("attention", schema=AttentionConfig)
-class Attention:
-    @staticmethod
-    def check(run_cfg, cfg) -> list[str]:
-        task = run_cfg.task.name
-        if task not in SUPPORTED:
-            return [f"eval=attention needs a {'/'.join(SUPPORTED)} run, not {task}"]
-        if run_cfg.model.name == "ff_only":
+class Attention(Evaluator):
+    """Cells: the one-prompt maps (``sweep=maps``), each σ (``sweep=sigma``) and each M (``sweep=magnitude``)."""
+
+    name = "attention"
+    axes = ("sigmas", "magnitudes")
+    coords = ("sweep", "sigma_x", "M")
+
+    def resolve(self) -> None:
+        if self.cfg.length is None:
+            self.cfg.length = int(self.run_cfg.curriculum.end)
+
+    def problems(self) -> list[str]:
+        found = supported(self.task, "attention")
+        if found:
+            return found
+        if self.run_cfg.model.name == "ff_only":
             return ["eval=attention needs a model with attention, not model=ff_only"]
-        out = []
-        per = tokens_per_example(run_cfg)
-        limit = run_cfg.model.max_positions
-        n = cfg.length if cfg.length is not None else run_cfg.curriculum.end
+        cfg, out = self.cfg, []
+        per = self.task.stride()
+        limit = self.run_cfg.model.max_positions
+        n = cfg.length
         if n < 1:
             out.append(f"eval.length={n} must be >= 1")
         elif per * n > limit:
@@ -308,10 +303,6 @@ class Attention:
                 )
         if cfg.deviant_position is not None and not 0 <= cfg.deviant_position < max(n, 1):
             out.append(f"eval.deviant_position={cfg.deviant_position} must be in [0, {n}) (eval.length={n})")
-        if task == "linear" and cfg.deviant_magnitude and n < 3:
-            out.append(f"eval.length={n}: a deviant linear prompt needs >= 3 examples (a, b are recovered)")
-        if task == "linear" and n < 3 and any(m != 0 for m in cfg.magnitudes):
-            out.append(f"eval.length={n}: eval.magnitudes on a linear task need >= 3 examples")
         if not cfg.sigmas or min(cfg.sigmas) <= 0:
             out.append(f"eval.sigmas={list(cfg.sigmas)} must be a non-empty list of values > 0")
         if not cfg.magnitudes or min(cfg.magnitudes) < 0:
@@ -322,73 +313,108 @@ class Attention:
             out.append(f"eval.batch_size={cfg.batch_size} must be >= 1")
         return out
 
-    @staticmethod
-    def run(run, cfg, out_dir: Path):
-        n = cfg.length if cfg.length is not None else run.cfg.curriculum.end
-        task = run.task
-        # (a) one prompt
+    def cells(self) -> list[dict]:
+        return [
+            {"sweep": "maps", "sigma_x": math.nan, "M": math.nan},
+            *({"sweep": "sigma", "sigma_x": float(s), "M": 0.0} for s in self.cfg.sigmas),
+            *({"sweep": "magnitude", "sigma_x": math.nan, "M": float(m)} for m in self.cfg.magnitudes),
+        ]
+
+    def compute(self, run, cells, progress):
+        c = self.cfg
+        kw = dict(
+            length=c.length,
+            n_prompts=c.n_prompts,
+            batch_size=c.batch_size,
+            seed=c.seed,
+            device=run.device,
+            base=run.labels,
+        )
+        log.info(
+            "attention: %d points × %d prompts of %d examples, on %s",
+            len(cells),
+            c.n_prompts,
+            c.length,
+            run.device,
+        )
+        for cell in cells:
+            if cell["sweep"] == "maps":
+                rows = self._maps(run)
+            elif cell["sweep"] == "sigma":
+                rows = sigma_rows(run.model, run.task, cell["sigma_x"], **kw)
+            else:
+                rows = magnitude_rows(run.model, run.task, cell["M"], **kw)
+            yield {"results": pd.DataFrame(rows)}
+            progress.update(1)
+
+    def _maps(self, run) -> list[dict]:
+        """(a): every layer's and head's map on one prompt: ``maps.npz`` and the figure; one marker row."""
+        cfg, task, n = self.cfg, run.task, self.cfg.length
         batch, marked = one_prompt(task, cfg, n)
         maps = torch.stack([m[0] for m in attention_maps(run.model, batch.tokens.to(run.device))]).numpy()
-        np.savez_compressed(
-            out_dir / "maps.npz",
-            maps=maps,
-            tokens=batch.tokens[0, :, 0].numpy(),
-            marked=np.array(marked),
-        )
+        with atomic_path(self.out_dir / "maps.npz") as tmp, open(tmp, "wb") as f:
+            np.savez_compressed(f, maps=maps, tokens=batch.tokens[0, :, 0].numpy(), marked=np.array(marked))
         t = maps.shape[-1]
         labels = token_labels(task, batch) if t <= MAX_LABELLED_TOKENS else None
         what = (
             "given prompt"
             if cfg.prompt
             else (
-                f"generated prompt, x at example {marked // stride(task)} set to {cfg.deviant_magnitude:g} (red)"
+                f"generated prompt, x at example {marked // task.stride()} set to {cfg.deviant_magnitude:g} (red)"
                 if marked >= 0
                 else "generated in-distribution prompt"
             )
         )
-        figs = maps_figure(
+        maps_figure(
             maps,
             labels,
             marked,
-            f"{run.title}\nattention maps (query rows, key columns), {what}",
-            out_dir / "maps",
+            f"{run.title} · step {run.step}\nattention maps (query rows, key columns), {what}",
+            self.out_dir / "maps",
         )
+        return [
+            {
+                **run.labels,
+                "sweep": "maps",
+                "sigma_x": math.nan,
+                "M": math.nan,
+                "predictor": "model",
+                "layer": math.nan,
+                "length": n,
+                "metric": "maps_shape",
+                "value": float(np.prod(maps.shape)),
+                "n_samples": 1,
+                "ci_low": math.nan,
+                "ci_high": math.nan,
+            }
+        ]
 
-        # (b) concentration against σ and M
-        points = len(cfg.sigmas) + len(cfg.magnitudes)
-        log.info(
-            "attention: %d points × %d prompts of %d examples, on %s", points, cfg.n_prompts, n, run.device
-        )
-        with Progress(points, "attention") as bar:
-            rows = concentration_rows(
-                run.model,
-                task,
-                sigmas=list(cfg.sigmas),
-                magnitudes=list(cfg.magnitudes),
-                length=n,
-                n_prompts=cfg.n_prompts,
-                batch_size=cfg.batch_size,
-                seed=cfg.seed,
-                device=run.device,
-                base=run.labels,
-                progress=bar,
+    def draw(self, frames, title, out_dir: Path) -> list[Path]:
+        frame = frames["results"]
+        frame = frame[frame.sweep != "maps"]
+        n = self.cfg.length
+        figs = []
+        if (frame.sweep == "sigma").any():
+            figs += concentration_figure(
+                frame,
+                "sigma",
+                "sigma_x",
+                f"{title}\nattention concentration against input scale ({n} examples)",
+                out_dir / "concentration_by_sigma",
             )
-        frame = pd.DataFrame(rows)
-        figs += concentration_figure(
-            frame,
-            "sigma",
-            "sigma_x",
-            f"{run.title}\nattention concentration against input scale ({n} examples)",
-            out_dir / "concentration_by_sigma",
-        )
-        figs += concentration_figure(
-            frame,
-            "magnitude",
-            "M",
-            f"{run.title}\nattention concentration with one inserted value M (queries from it on)",
-            out_dir / "concentration_by_magnitude",
-        )
-        model = frame[frame.predictor == "model"]
+        if (frame.sweep == "magnitude").any():
+            figs += concentration_figure(
+                frame,
+                "magnitude",
+                "M",
+                f"{title}\nattention concentration with one inserted value M (queries from it on)",
+                out_dir / "concentration_by_magnitude",
+            )
+        return figs
+
+    def summarize(self, frames) -> dict:
+        frame = frames["results"]
+        model = frame[(frame.predictor == "model") & (frame.sweep != "maps")]
 
         def table(sweep, x, metric):
             d = model[(model.sweep == sweep) & (model.metric == metric)]
@@ -396,13 +422,10 @@ class Attention:
                 f"layer {int(k)}": dict(zip(g[x].tolist(), g.value.tolist())) for k, g in d.groupby("layer")
             }
 
-        summary = {
-            "length": n,
-            "maps_shape": list(maps.shape),
+        return {
+            "length": self.cfg.length,
             "arrays": ["maps.npz"],
             "entropy_by_sigma": table("sigma", "sigma_x", "entropy"),
             "max_weight_by_M": table("magnitude", "M", "max_weight"),
             "entropy_by_M": table("magnitude", "M", "entropy"),
-            "figures": [p.name for p in figs],
         }
-        return {"results": frame}, summary

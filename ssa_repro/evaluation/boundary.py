@@ -76,22 +76,20 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
+from ssa_repro.core import distributions as D
+from ssa_repro.core import plotting
+from ssa_repro.core.atomic import atomic_path
+from ssa_repro.evaluation.inference import predict
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, supported
+from ssa_repro.evaluation.sampling import cell_generator
+from ssa_repro.tasks.base import Batch, Prompts
+from ssa_repro.tasks.baselines import least_squares
 
-from ssa_repro.core import distributions as D  # noqa: E402
-from ssa_repro.core.distributions import normal  # noqa: E402
-from ssa_repro.evaluation import plots  # noqa: E402
-from ssa_repro.evaluation.baselines import least_squares  # noqa: E402
-from ssa_repro.evaluation.common import cell_generator, predict  # noqa: E402
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig  # noqa: E402
-from ssa_repro.tasks.base import Batch, interleave  # noqa: E402
-
+plt = plotting.plt
 log = logging.getLogger("ssa_repro.evaluate")
 
 PREDICTORS = ("model", "least_squares")
@@ -100,36 +98,16 @@ PREDICTORS = ("model", "least_squares")
 # ---------------------------------------------------------------- prompts
 
 
-def sample_functions(task_cfg, n: int, n_points: int, g: torch.Generator, a_dist=None, b_dist=None):
-    """a [n, 1], b [n, 1] and xs [n, n_points] on the CPU, from the task's distributions unless given."""
-    a = D.sample(a_dist or task_cfg.a_dist, (n, 1), g, "cpu")
-    b = D.sample(b_dist or task_cfg.b_dist, (n, 1), g, "cpu")
-    xs = D.sample(task_cfg.x_dist, (n, n_points), g, "cpu")
-    return a, b, xs
-
-
-def make_batch(a: torch.Tensor, b: torch.Tensor, xs: torch.Tensor) -> Batch:
-    """Interleaved prompts with y = a·x + b for every example (the linear task's layout)."""
-    ys = a * xs + b
-    pred_idx = torch.arange(0, 2 * xs.shape[1], 2)
-    return Batch(tokens=interleave(xs, ys), targets=ys, pred_idx=pred_idx, xs=xs)
-
-
-def with_query(a, b, xs, query_x):
-    """Every context at every query input: [F·Q] prompts, function-major, the last x set to x_q.
-
-    Returns a, b [F·Q, 1], xs [F·Q, n] and the query values [F·Q]."""
+def with_query(prompts: Prompts, query_x) -> tuple[Prompts, torch.Tensor]:
+    """Every context at every query input: [F·Q] prompts, function-major, the last x set to x_q (the
+    function of each prompt kept). Returns the prompts and the query values [F·Q]."""
+    xs = prompts.xs
     q = torch.as_tensor(query_x, dtype=xs.dtype)
     n_f, n = xs.shape
     xs_q = xs[:, None, :].expand(n_f, len(q), n).clone()
     xs_q[:, :, -1] = q
-    rep = len(q)
-    return (
-        a.repeat_interleave(rep, 0),
-        b.repeat_interleave(rep, 0),
-        xs_q.reshape(n_f * rep, n),
-        q.repeat(n_f),
-    )
+    params = {k: v.repeat_interleave(len(q), 0) for k, v in prompts.params.items()}
+    return Prompts(xs_q.reshape(n_f * len(q), n), params), q.repeat(n_f)
 
 
 @torch.no_grad()
@@ -263,12 +241,14 @@ def binned_rows(frame: pd.DataFrame, n_bins: int, min_count: int, base: dict) ->
     return rows
 
 
-def boundary_rows(frame: pd.DataFrame, cfg, train: dict[str, float], base: dict) -> list[dict]:
-    """One row per predictor and prompt set with the boundaries and saturation points."""
-    sets = [("all", math.nan, frame), ("query_sweep", math.nan, frame[frame.variant == "query_sweep"])]
-    for sf in cfg.sigmas_f:
-        part = frame[(frame.variant == "scaled_f") & (frame.sigma_f == float(sf))]
-        sets.append((f"sigma_f={sf:g}", float(sf), part))
+def boundary_rows(frame: pd.DataFrame, cfg, train: dict[str, float], base: dict, sets=None) -> list[dict]:
+    """One row per predictor and prompt set with the boundaries and saturation points (sets: every
+    prompt set in ``frame`` and ``all`` of them pooled, unless given as (name, σ_F, frame) triples)."""
+    if sets is None:
+        sets = [("all", math.nan, frame), ("query_sweep", math.nan, frame[frame.variant == "query_sweep"])]
+        for sf in sorted(frame.loc[frame.variant == "scaled_f", "sigma_f"].unique()):
+            part = frame[(frame.variant == "scaled_f") & (frame.sigma_f == float(sf))]
+            sets.append((f"sigma_f={sf:g}", float(sf), part))
     rows = []
     for name, sf, part in sets:
         if part.empty:
@@ -308,51 +288,31 @@ def query_grid(cfg) -> list[float]:
     return [float(v) for v in np.linspace(-cfg.x_max, cfg.x_max, cfg.n_query)]
 
 
-def collect(model, task_cfg, cfg, n_points: int, device) -> pd.DataFrame:
-    """One row per prompt of both prompt sets: coordinates, a, b, y_true and the predictions."""
-    frames = []
-    q = query_grid(cfg)
-    g = cell_generator(cfg.seed, 0.0, n_points)
-    a, b, xs = sample_functions(task_cfg, cfg.n_functions, n_points, g)
-    a, b, xs, xq = with_query(a, b, xs, q)
-    batch = make_batch(a, b, xs)
-    preds = query_predictions(model, batch, device, cfg.batch_size)
-    frames.append(
-        pd.DataFrame(
-            {
-                "variant": "query_sweep",
-                "sigma_f": math.nan,
-                "function": np.arange(len(xq)) // len(q),
-                "query_x": xq.double().numpy(),
-                "a": a[:, 0].double().numpy(),
-                "b": b[:, 0].double().numpy(),
-                "y_true": batch.targets[:, -1].double().numpy(),
-                **preds,
-            }
-        )
+def collect_set(model, task, cfg, n_points: int, device, variant: str, sigma_f: float) -> pd.DataFrame:
+    """One row per prompt of one prompt set (``query_sweep``, or ``scaled_f`` at σ_F): coordinates, a,
+    b, y_true and the predictions of the model and of least squares."""
+    if variant == "query_sweep":
+        q = query_grid(cfg)
+        g = cell_generator(cfg.seed, 0.0, n_points)
+        prompts, xq = with_query(task.draw(cfg.n_functions, n_points, g, "cpu"), q)
+        function = np.arange(len(xq)) // len(q)
+    else:
+        g = cell_generator(cfg.seed, float(sigma_f), n_points)
+        prompts = task.draw(cfg.n_scaled, n_points, g, "cpu", {"sigma_f": float(sigma_f)})
+        xq, function = prompts.xs[:, -1], np.arange(cfg.n_scaled)
+    batch = task.build(prompts)
+    return pd.DataFrame(
+        {
+            "variant": variant,
+            "sigma_f": math.nan if variant == "query_sweep" else float(sigma_f),
+            "function": function,
+            "query_x": xq.double().numpy(),
+            "a": prompts.params["a"][:, 0].double().numpy(),
+            "b": prompts.params["b"][:, 0].double().numpy(),
+            "y_true": batch.targets[:, -1].double().numpy(),
+            **query_predictions(model, batch, device, cfg.batch_size),
+        }
     )
-    for sf in cfg.sigmas_f:
-        if cfg.n_scaled < 1:
-            break
-        g = cell_generator(cfg.seed, float(sf), n_points)
-        a, b, xs = sample_functions(task_cfg, cfg.n_scaled, n_points, g, normal(sf), normal(sf))
-        batch = make_batch(a, b, xs)
-        preds = query_predictions(model, batch, device, cfg.batch_size)
-        frames.append(
-            pd.DataFrame(
-                {
-                    "variant": "scaled_f",
-                    "sigma_f": float(sf),
-                    "function": np.arange(cfg.n_scaled),
-                    "query_x": xs[:, -1].double().numpy(),
-                    "a": a[:, 0].double().numpy(),
-                    "b": b[:, 0].double().numpy(),
-                    "y_true": batch.targets[:, -1].double().numpy(),
-                    **preds,
-                }
-            )
-        )
-    return pd.concat(frames, ignore_index=True)
 
 
 @dataclass
@@ -378,18 +338,29 @@ class BoundaryConfig(EvalConfig):
 
 
 @EVALUATORS.register("boundary", schema=BoundaryConfig)
-class Boundary:
-    @staticmethod
-    def check(run_cfg, cfg) -> list[str]:
-        if run_cfg.task.name != "linear":
-            return [f"eval=boundary needs a linear run, not task={run_cfg.task.name}"]
-        out = []
-        n = cfg.n_points or run_cfg.curriculum.end
+class Boundary(Evaluator):
+    """Cells are the prompt sets: the query sweep, and each σ_F of the scaled functions."""
+
+    name = "boundary"
+    axes = ("sigmas_f",)
+    coords = ("variant", "sigma_f")
+
+    def resolve(self) -> None:
+        if self.cfg.n_points is None:
+            self.cfg.n_points = int(self.run_cfg.curriculum.end)
+
+    def problems(self) -> list[str]:
+        found = supported(self.task, "boundary")
+        if found:
+            return found
+        cfg, out = self.cfg, []
+        n = cfg.n_points
         if n < 3:
             out.append(f"eval.n_points={n} must be >= 3 (least squares needs 2 examples before the query)")
-        if 2 * n > run_cfg.model.max_positions:
+        if self.task.n_tokens(n) > self.run_cfg.model.max_positions:
             out.append(
-                f"eval.n_points={n} needs {2 * n} tokens, more than model.max_positions={run_cfg.model.max_positions}"
+                f"eval.n_points={n} needs {self.task.n_tokens(n)} tokens, more than "
+                f"model.max_positions={self.run_cfg.model.max_positions}"
             )
         if cfg.query_x is None:
             if not cfg.x_max > 0:
@@ -417,9 +388,20 @@ class Boundary:
             out.append(f"eval.n_train_samples={cfg.n_train_samples} must be >= 1000")
         return out
 
-    @staticmethod
-    def run(run, cfg, out_dir: Path):
-        n = cfg.n_points or run.cfg.curriculum.end
+    def cells(self) -> list[dict]:
+        sets = [{"variant": "query_sweep", "sigma_f": math.nan}]
+        if self.cfg.n_scaled > 0:
+            sets += [{"variant": "scaled_f", "sigma_f": float(s)} for s in self.cfg.sigmas_f]
+        return sets
+
+    def tables(self) -> tuple[str, ...]:
+        return ("results", "predictions")
+
+    def _train(self) -> dict[str, float]:
+        return training_range(self.task.cfg, self.cfg.n_train_samples, self.cfg.quantile, self.cfg.seed)
+
+    def compute(self, run, cells, progress):
+        cfg, n = self.cfg, self.cfg.n_points
         q = query_grid(cfg)
         log.info(
             "boundary: %d contexts × %d query inputs in [%g, %g] and %d prompts per σ_F in %s, %d examples, on %s",
@@ -433,23 +415,44 @@ class Boundary:
             run.device,
         )
         labels = {**run.labels, "n_points": n}
-        frame = collect(run.model, run.task.cfg, cfg, n, run.device)
-        train = training_range(run.task.cfg, cfg.n_train_samples, cfg.quantile, cfg.seed)
+        train = self._train()
+        for cell in cells:
+            frame = collect_set(run.model, run.task, cfg, n, run.device, cell["variant"], cell["sigma_f"])
+            wide = boundary_rows(frame, cfg, train, labels, sets=[(None, cell["sigma_f"], frame)])
+            keys = ("lower", "upper", "saturation_neg", "saturation_pos", "y_true_low", "y_true_high")
+            rows = [
+                {
+                    **labels,
+                    **cell,
+                    "predictor": r["predictor"],
+                    "metric": k,
+                    "value": r[k],
+                    "n_samples": r["n_samples"],
+                }
+                for r in wide
+                for k in keys
+            ]
+            predictions = pd.concat([pd.DataFrame([labels] * len(frame)), frame], axis=1)
+            yield {"results": pd.DataFrame(rows), "predictions": predictions}
+            progress.update(1)
 
+    def _derived(self, frames) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+        cfg = self.cfg
+        pred = frames["predictions"]
+        labels = {
+            k: pred[k].iloc[0] for k in ("task", "scorer", "model", "seed", "step", "n_points") if k in pred
+        }
+        train = self._train()
         rows = []
-        sweep = frame[frame.variant == "query_sweep"]
-        rows += binned_rows(
-            sweep, cfg.n_bins, cfg.min_count, {**labels, "variant": "query_sweep", "sigma_f": math.nan}
-        )
-        for sf in cfg.sigmas_f:
-            part = frame[(frame.variant == "scaled_f") & (frame.sigma_f == float(sf))]
-            if len(part):
-                rows += binned_rows(
-                    part, cfg.n_bins, cfg.min_count, {**labels, "variant": "scaled_f", "sigma_f": float(sf)}
-                )
-        results = pd.DataFrame(rows)
-
+        for (variant, sf), part in pred.groupby(["variant", pred.sigma_f.fillna(-1.0)], sort=False):
+            rows += binned_rows(
+                part,
+                cfg.n_bins,
+                cfg.min_count,
+                {**labels, "variant": variant, "sigma_f": math.nan if sf == -1.0 else float(sf)},
+            )
         by_x = []
+        sweep = pred[pred.variant == "query_sweep"]
         for xq, part in sweep.groupby("query_x"):
             for p in PREDICTORS:
                 by_x.append(
@@ -462,11 +465,21 @@ class Boundary:
                         **median_stat((part[f"pred_{p}"] - part.y_true).abs()),
                     }
                 )
-        bound = pd.DataFrame(boundary_rows(frame, cfg, train, labels))
-        predictions = pd.concat([pd.DataFrame([labels] * len(frame)), frame], axis=1)
+        bound = pd.DataFrame(boundary_rows(pred, cfg, train, labels))
+        return pd.DataFrame(rows), pd.DataFrame(by_x), bound, train
 
-        figs = plot_boundary(predictions, results, bound, run.title, out_dir / "boundary")
-        figs += plot_functions(predictions, bound, run.title, out_dir / "functions")
+    def draw(self, frames, title, out_dir: Path) -> list[Path]:
+        binned, by_x, bound, _ = self._derived(frames)
+        for name, frame in (("binned", binned), ("by_query_x", by_x), ("boundary", bound)):
+            with atomic_path(out_dir / f"{name}.csv") as tmp:
+                frame.to_csv(tmp, index=False)
+        figs = plot_boundary(frames["predictions"], binned, bound, title, out_dir / "boundary")
+        figs += plot_functions(frames["predictions"], bound, title, out_dir / "functions")
+        return figs
+
+    def summarize(self, frames) -> dict:
+        _, _, bound, train = self._derived(frames)
+        q = query_grid(self.cfg)
 
         def pick(p, name="all"):
             r = bound[(bound.predictor == p) & (bound.prompts == name)].iloc[0]
@@ -474,34 +487,25 @@ class Boundary:
             return {k: None if math.isnan(r[k]) else float(r[k]) for k in keys}  # JSON: null, not NaN
 
         summary = {
-            "n_points": n,
+            "n_points": self.cfg.n_points,
             "query_x": {"min": min(q), "max": max(q), "n": len(q)},
-            "n_prompts": len(frame),
-            "quantile": cfg.quantile,
+            "n_prompts": len(frames["predictions"]),
+            "quantile": self.cfg.quantile,
             "train_range": [train["train_low"], train["train_high"]],
             "boundary": {p: pick(p) for p in PREDICTORS},
-            "figures": [p.name for p in figs],
+            "tables": ["binned.csv", "by_query_x.csv", "boundary.csv", "predictions.csv"],
         }
         m = summary["boundary"]["model"]
         log.info(
-            "boundary: model range [%.3g, %.3g] (saturation %.3g / %.3g) vs training y range [%.3g, %.3g], "
-            "y_true tested [%.3g, %.3g]",
+            "boundary: model range [%.3g, %.3g] (saturation %s / %s) vs training y range [%.3g, %.3g]",
             m["lower"],
             m["upper"],
             m["saturation_neg"],
             m["saturation_pos"],
             train["train_low"],
             train["train_high"],
-            m["y_true_low"],
-            m["y_true_high"],
         )
-        tables = {
-            "results": results,
-            "by_query_x": pd.DataFrame(by_x),
-            "boundary": bound,
-            "predictions": predictions,
-        }
-        return tables, summary
+        return summary
 
 
 # ---------------------------------------------------------------- figures
@@ -603,7 +607,7 @@ def plot_boundary(pred: pd.DataFrame, results: pd.DataFrame, bound: pd.DataFrame
         f"y in training: [{b_all.train_low:.3g}, {b_all.train_high:.3g}]; saturation points: {sat}",
         fontsize=9,
     )
-    return plots.save(fig, path)
+    return plotting.save(fig, path)
 
 
 def plot_functions(pred: pd.DataFrame, bound: pd.DataFrame, title: str, path: Path, n_show: int = 4):
@@ -657,4 +661,4 @@ def plot_functions(pred: pd.DataFrame, bound: pd.DataFrame, title: str, path: Pa
         fontsize=9,
     )
     fig.tight_layout()
-    return plots.save(fig, path)
+    return plotting.save(fig, path)

@@ -5,9 +5,9 @@ own sampler and training distributions (prompts fresh per cell, from a seed deri
 length, sign)). In each prompt k distinct example positions, chosen uniformly, get their input x
 *replaced* by ±M (``sign``: positive, negative or random per value), so the prompt keeps its length.
 The answers are then recomputed from the modified inputs, and the tokens rebuilt with them (with
-labels in context the y tokens change too): quantifiers relabel from the new xs; for linear prompts
-each prompt's own (a, b) is recovered by least squares in float64 from its untouched (x, y) pairs, and
-y = a·M + b is written at the modified positions only (untouched pairs are kept bit for bit).
+labels in context the y tokens change too) by the task's own labelling of the new inputs: quantifiers
+relabel from the new xs; a linear prompt keeps its function, so y = a·M + b at the modified positions
+(untouched pairs are the same numbers as before).
 
 Metrics per cell (long form, one row per metric):
   quantifiers  ``sequence_error`` (any wrong sign from ``skip_first`` on), ``token_error``, and
@@ -42,18 +42,15 @@ import pandas as pd
 import torch
 from matplotlib.colors import PowerNorm
 
+from ssa_repro.core import plotting
 from ssa_repro.core.enums import value_of
-from ssa_repro.evaluation import plots
-from ssa_repro.evaluation.common import MAX_ATTENTION_ELEMENTS, Progress, cell_generator, stat
-from ssa_repro.evaluation.quantifier_grid import sequence_and_token_error
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
-from ssa_repro.tasks.base import Batch, interleave
-from ssa_repro.tasks.linear import LinearTask
-from ssa_repro.tasks.quantifier import Quantifier
+from ssa_repro.evaluation.inference import MAX_ATTENTION_ELEMENTS
+from ssa_repro.evaluation.intervals import summarize
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, supported
+from ssa_repro.evaluation.sampling import cell_generator
+from ssa_repro.tasks.base import Batch
 
 log = logging.getLogger("ssa_repro.evaluate")
-
-SUPPORTED = ("every", "some", "linear")
 
 
 class Sign(str, Enum):
@@ -63,50 +60,6 @@ class Sign(str, Enum):
 
 
 # ------------------------------------------------------------------ prompts
-def stride(task) -> int:
-    """Tokens per example: 2 when the answers are in the context (linear, labels_in_context)."""
-    return 1 if isinstance(task, Quantifier) and not task.cfg.labels_in_context else 2
-
-
-def tokens_per_example(run_cfg) -> int:
-    """The same, from a run's config alone."""
-    return 2 if run_cfg.task.name == "linear" or run_cfg.task.get("labels_in_context", True) else 1
-
-
-def make_batch(task, xs: torch.Tensor, ys: torch.Tensor | None = None) -> Batch:
-    """A batch with example inputs ``xs`` [B, n], built as the task builds its prompts. Quantifiers
-    compute their labels from ``xs``; linear prompts need their answers ``ys`` [B, n]."""
-    n = xs.shape[1]
-    if isinstance(task, Quantifier):
-        ys = task.labels(xs)
-        tokens = interleave(xs, ys) if task.cfg.labels_in_context else xs.unsqueeze(-1)
-        pred_idx = torch.arange(0, stride(task) * n, stride(task), device=xs.device)
-        if task.supervise_last:
-            pred_idx, ys = pred_idx[-1:], ys[:, -1:]
-        return Batch(tokens=tokens, targets=ys, pred_idx=pred_idx, xs=xs)
-    if isinstance(task, LinearTask):
-        if ys is None:
-            raise ValueError("linear prompts need their answers ys")
-        pred_idx = torch.arange(0, 2 * n, 2, device=xs.device)
-        return Batch(tokens=interleave(xs, ys), targets=ys, pred_idx=pred_idx, xs=xs)
-    raise ValueError(f"deviant prompts support tasks {', '.join(SUPPORTED)}, not {type(task).__name__}")
-
-
-def answers(batch: Batch) -> torch.Tensor:
-    """[B, n] the answer of every example (the y tokens; linear and labels in context only)."""
-    return batch.tokens[:, 1::2, 0]
-
-
-def line_params(xs: torch.Tensor, ys: torch.Tensor, keep: torch.Tensor):
-    """Each prompt's (a, b) [B, 1] in float64, by least squares on the examples where ``keep`` [B, n]
-    (exact for y = a·x + b up to the float32 rounding of the prompt; needs two distinct kept xs)."""
-    x, y, w = xs.double(), ys.double(), keep.double()
-    cnt = w.sum(1, keepdim=True)
-    mx, my = (w * x).sum(1, keepdim=True) / cnt, (w * y).sum(1, keepdim=True) / cnt
-    a = (w * (x - mx) * (y - my)).sum(1, keepdim=True) / (w * (x - mx).square()).sum(1, keepdim=True)
-    return a, my - a * mx
-
-
 def draw_insertions(g: torch.Generator, bsz: int, n: int, k: int, magnitude: float, sign) -> tuple:
     """Positions [B, k] (distinct example indices, uniform) and values [B, k] (±magnitude)."""
     positions = torch.rand(bsz, n, generator=g).argsort(dim=1)[:, :k]
@@ -119,16 +72,11 @@ def draw_insertions(g: torch.Generator, bsz: int, n: int, k: int, magnitude: flo
 
 
 def insert(task, batch: Batch, positions: torch.Tensor, values: torch.Tensor) -> Batch:
-    """The batch with x at ``positions`` [B, k] replaced by ``values`` [B, k], answers recomputed."""
+    """The batch with x at ``positions`` [B, k] replaced by ``values`` [B, k], labelled and encoded by
+    the task (each prompt keeps its function)."""
     xs = batch.xs.clone()
     xs.scatter_(1, positions, values.to(xs.dtype))
-    if isinstance(task, Quantifier):
-        return make_batch(task, xs)
-    keep = torch.ones_like(xs, dtype=torch.bool).scatter_(1, positions, False)
-    ys = answers(batch)
-    a, b = line_params(batch.xs, ys, keep)
-    new = (a * xs.double() + b).to(ys.dtype)
-    return make_batch(task, xs, torch.where(keep, ys, new))
+    return task.build(batch.prompts.with_xs(xs))
 
 
 def largest_inserted(positions: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -191,12 +139,23 @@ def outputs_and_last_map(model, tokens: torch.Tensor, fn):
     return torch.cat(outs)
 
 
+RATE_METRICS = {
+    "sequence_error",
+    "token_error",
+    "follows_largest",
+    "error_at_inserted",
+    "attention_on_inserted",
+    "attention_on_inserted_max_head",
+    "uniform_share",
+}
+
+
 def deviant_cell(model, task, batch: Batch, positions, values, skip_first: int) -> dict[str, torch.Tensor]:
     """Per-prompt metrics [B] of one deviant batch (on the model's device)."""
-    s = stride(task)
+    s = task.stride()
     bsz, n = batch.xs.shape
     t = batch.tokens.shape[1]
-    x_tok = torch.arange(0, s * n, s, device=batch.tokens.device)
+    x_tok = task.example_tokens(n, batch.tokens.device)
     inserted = torch.zeros(bsz, t, dtype=torch.bool, device=batch.tokens.device)
     inserted.scatter_(1, positions * s, True)
     after = torch.arange(n, device=x_tok.device)[None, :] > positions.amin(1, keepdim=True)  # [B, n]
@@ -211,12 +170,12 @@ def deviant_cell(model, task, batch: Batch, positions, values, skip_first: int) 
     out = outputs_and_last_map(model, batch.tokens, on_chunk)  # [B, T]
     pred = out[:, batch.pred_idx]
     res: dict[str, torch.Tensor] = {}
-    if isinstance(task, Quantifier):
-        res["sequence_error"], res["token_error"] = sequence_and_token_error(task, batch, pred, skip_first)
+    if task.classification:
+        res.update(task.prompt_metrics(pred, batch, skip_first))
         res["follows_largest"] = follows_largest(out[:, x_tok] > 0, positions, values)
-        labels = task.labels(batch.xs)
+        labels = batch.ys  # [B, n] every example's label
         res["labels:follows_largest"] = follows_largest(labels > 0, positions, values)
-        if not task.supervise_last:  # the model was trained to answer at every x token
+        if pred.shape[1] == n:  # the model was trained to answer at every x token
             wrong = (out[:, x_tok] > 0) != (labels > 0)  # [B, n]
             res["error_at_inserted"] = wrong.gather(1, positions).double().mean(1)
     else:
@@ -231,56 +190,40 @@ def deviant_cell(model, task, batch: Batch, positions, values, skip_first: int) 
     return res
 
 
-def deviant_grid(
-    model,
-    task,
-    *,
-    magnitudes,
-    counts,
-    sign,
-    length,
-    n_samples,
-    batch_size,
-    skip_first,
-    seed,
-    device,
-    base=None,
-    progress=None,
-):
-    """Rows (dicts) of the M × k grid."""
-    base = base or {}
-    sign_code = list(Sign).index(Sign(value_of(sign)))
+def deviant_rows(
+    model, task, cell: dict, *, sign, length, n_samples, batch_size, skip_first, seed, device, base=None
+) -> list[dict]:
+    """Rows (dicts) of one cell {"M": m, "k": k}: one per predictor × metric, mean over prompts with an
+    interval that respects the metric's range (prompts where a metric is undefined left out)."""
+    m, k = float(cell["M"]), int(cell["k"])
+    g = cell_generator(seed, m, k, length, list(Sign).index(Sign(value_of(sign))))
+    per: dict[str, list] = {}
+    for _ in range(n_samples):
+        clean = task.sample(batch_size, length, g, "cpu")
+        positions, values = draw_insertions(g, batch_size, length, k, m, sign)
+        batch = insert(task, clean, positions, values).to(device)
+        for key, v in deviant_cell(
+            model, task, batch, positions.to(device), values.to(device), skip_first
+        ).items():
+            per.setdefault(key, []).append(v)
     rows = []
-    for k in counts:
-        for m in magnitudes:
-            g = cell_generator(seed, m, k, length, sign_code)
-            per: dict[str, list] = {}
-            for _ in range(n_samples):
-                clean = task.sample(batch_size, length, g, "cpu")
-                positions, values = draw_insertions(g, batch_size, length, k, m, sign)
-                batch = insert(task, clean, positions, values).to(device)
-                res = deviant_cell(model, task, batch, positions.to(device), values.to(device), skip_first)
-                for key, v in res.items():
-                    per.setdefault(key, []).append(v)
-            for key, v in per.items():
-                predictor, metric = key.split(":") if ":" in key else ("model", key)
-                v = torch.cat(v)
-                v = v[~torch.isnan(v)]
-                if not len(v):
-                    continue
-                rows.append(
-                    {
-                        **base,
-                        "predictor": predictor,
-                        "M": float(m),
-                        "k": int(k),
-                        "length": int(length),
-                        "metric": metric,
-                        **stat(v),
-                    }
-                )
-            if progress is not None:
-                progress.update(1)
+    for key, v in per.items():
+        predictor, metric = key.split(":") if ":" in key else ("model", key)
+        v = torch.cat(v).double().cpu().numpy()
+        kind = "rate" if metric in RATE_METRICS else "positive"
+        stats = summarize(v, kind)
+        if stats["n_samples"]:
+            rows.append(
+                {
+                    **(base or {}),
+                    "predictor": predictor,
+                    "M": m,
+                    "k": k,
+                    "length": int(length),
+                    "metric": metric,
+                    **stats,
+                }
+            )
     return rows
 
 
@@ -288,11 +231,11 @@ def deviant_grid(
 def token_labels(task, batch: Batch, i: int = 0) -> list[str]:
     """Short labels of prompt ``i``'s tokens: x values, and labels (+/-) or y values."""
     vals = batch.tokens[i, :, 0].tolist()
-    s = stride(task)
+    s = task.stride()
     out = []
     for j, v in enumerate(vals):
         if s == 2 and j % 2 == 1:
-            out.append(("y+" if v > 0 else "y−") if isinstance(task, Quantifier) else f"y {v:.3g}")
+            out.append(("y+" if v > 0 else "y−") if task.classification else f"y {v:.3g}")
         else:
             out.append(f"{v:.3g}")
     return out
@@ -308,7 +251,7 @@ def draw_map(ax, w: np.ndarray, labels: list[str] | None, marks=(), vmax: float 
         ax.set_yticks(range(t), labels, fontsize=fontsize)
     for j in marks:
         ax.add_patch(
-            plots.plt.Rectangle((j - 0.5, j - 0.5), 1, t - j, fill=False, edgecolor="red", linewidth=1.2)
+            plotting.plt.Rectangle((j - 0.5, j - 0.5), 1, t - j, fill=False, edgecolor="red", linewidth=1.2)
         )
         if labels is not None:
             ax.get_xticklabels()[j].set_color("red")
@@ -318,7 +261,7 @@ def draw_map(ax, w: np.ndarray, labels: list[str] | None, marks=(), vmax: float 
 
 def example_figure(run, task, clean: Batch, dev: Batch, inserted_tok: list[int], title: str, path: Path):
     """The last attention layer (heads averaged) on one prompt, before and after the insertion."""
-    plt = plots.plt
+    plt = plotting.plt
     maps = []
     with torch.inference_mode():
         for b in (clean, dev):
@@ -338,15 +281,15 @@ def example_figure(run, task, clean: Batch, dev: Batch, inserted_tok: list[int],
         ax.set_ylabel("query token")
     fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight (last layer, heads averaged; sqrt scale)")
     fig.suptitle(title, fontsize=10)
-    return plots.save(fig, path)
+    return plotting.save(fig, path)
 
 
 def share_figure(frame: pd.DataFrame, title: str, path: Path) -> list[Path]:
     """Attention share on inserted tokens vs M, one colour per k; uniform share dashed."""
-    plt = plots.plt
+    plt = plotting.plt
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, constrained_layout=True)
     ks = sorted(frame["k"].unique())
-    colours = plots.sns.color_palette("viridis", len(ks)) if len(ks) > 1 else ["C0"]
+    colours = plotting.sns.color_palette("viridis", len(ks)) if len(ks) > 1 else ["C0"]
     for ax, metric, sub in (
         (axes[0], "attention_on_inserted", "heads averaged"),
         (axes[1], "attention_on_inserted_max_head", "most-attending head"),
@@ -366,15 +309,15 @@ def share_figure(frame: pd.DataFrame, title: str, path: Path) -> list[Path]:
     axes[0].set_ylabel("attention weight on inserted tokens\n(last layer, queries after the first one)")
     axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle(title, fontsize=9)
-    return plots.save(fig, path)
+    return plotting.save(fig, path)
 
 
 def follows_figure(frame: pd.DataFrame, title: str, path: Path) -> list[Path]:
     """follows_largest vs M, one colour per k; the labels' own rate dashed."""
-    plt = plots.plt
+    plt = plotting.plt
     fig, ax = plt.subplots(figsize=(6.5, 3.8), constrained_layout=True)
     ks = sorted(frame["k"].unique())
-    colours = plots.sns.color_palette("viridis", len(ks)) if len(ks) > 1 else ["C0"]
+    colours = plotting.sns.color_palette("viridis", len(ks)) if len(ks) > 1 else ["C0"]
     for k, c in zip(ks, colours):
         d = frame[(frame.k == k) & (frame.predictor == "model")].sort_values("M")
         lab = frame[(frame.k == k) & (frame.predictor == "labels")].sort_values("M")
@@ -388,7 +331,7 @@ def follows_figure(frame: pd.DataFrame, title: str, path: Path) -> list[Path]:
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=9)
-    return plots.save(fig, path)
+    return plotting.save(fig, path)
 
 
 # ------------------------------------------------------------------ evaluator
@@ -408,29 +351,36 @@ class DeviantConfig(EvalConfig):
 
 
 @EVALUATORS.register("deviant", schema=DeviantConfig)
-class Deviant:
-    @staticmethod
-    def check(run_cfg, cfg) -> list[str]:
-        task = run_cfg.task.name
-        if task not in SUPPORTED:
-            return [f"eval=deviant needs a {'/'.join(SUPPORTED)} run, not {task}"]
-        out = []
-        n = cfg.length if cfg.length is not None else run_cfg.curriculum.end
-        per = tokens_per_example(run_cfg)
+class Deviant(Evaluator):
+    name = "deviant"
+    axes = ("magnitudes", "counts")
+    coords = ("M", "k")
+
+    def resolve(self) -> None:
+        if self.cfg.length is None:
+            self.cfg.length = int(self.run_cfg.curriculum.end)
+
+    def problems(self) -> list[str]:
+        found = supported(self.task, "deviant")
+        if found:
+            return found
+        cfg, out = self.cfg, []
+        n = cfg.length
+        per = self.task.stride()
         if n < 1:
             out.append(f"eval.length={n} must be >= 1")
-        elif per * n > run_cfg.model.max_positions:
+        elif per * n > self.run_cfg.model.max_positions:
             out.append(
-                f"eval.length={n} needs {per * n} tokens, more than model.max_positions={run_cfg.model.max_positions}"
+                f"eval.length={n} needs {per * n} tokens, more than "
+                f"model.max_positions={self.run_cfg.model.max_positions}"
             )
         if not 0 <= cfg.skip_first < max(n, 1):
             out.append(f"eval.skip_first={cfg.skip_first} must be in [0, {n}) (eval.length={n})")
-        top = n - max(cfg.skip_first, 2 if task == "linear" else 1)
+        top = n - max(cfg.skip_first, 1)
         if not cfg.counts or min(cfg.counts) < 1 or max(cfg.counts) > top:
-            why = " and two untouched examples to recover a and b" if task == "linear" else ""
             out.append(
                 f"eval.counts={list(cfg.counts)} must be a non-empty list of values in [1, {top}] "
-                f"(eval.length={n} minus eval.skip_first={cfg.skip_first}{why})"
+                f"(eval.length={n} minus eval.skip_first={cfg.skip_first})"
             )
         if not cfg.magnitudes or min(cfg.magnitudes) <= 0:
             out.append(f"eval.magnitudes={list(cfg.magnitudes)} must be a non-empty list of values > 0")
@@ -444,44 +394,69 @@ class Deviant:
             out.append(f"eval.batch_size={cfg.batch_size} must be >= 1")
         return out
 
-    @staticmethod
-    def run(run, cfg, out_dir: Path):
-        n = cfg.length if cfg.length is not None else run.cfg.curriculum.end
-        cells = len(cfg.magnitudes) * len(cfg.counts)
+    def cells(self) -> list[dict]:
+        return [{"M": float(m), "k": int(k)} for k in self.cfg.counts for m in self.cfg.magnitudes]
+
+    def compute(self, run, cells, progress):
+        c = self.cfg
         log.info(
             "deviant: %d cells × %d prompts of %d examples, sign %s, on %s",
-            cells,
-            cfg.n_samples * cfg.batch_size,
-            n,
-            value_of(cfg.sign),
+            len(cells),
+            c.n_samples * c.batch_size,
+            c.length,
+            value_of(c.sign),
             run.device,
         )
-        with Progress(cells, "deviant") as bar:
-            rows = deviant_grid(
+        for cell in cells:
+            rows = deviant_rows(
                 run.model,
                 run.task,
-                magnitudes=list(cfg.magnitudes),
-                counts=list(cfg.counts),
-                sign=cfg.sign,
-                length=n,
-                n_samples=cfg.n_samples,
-                batch_size=cfg.batch_size,
-                skip_first=cfg.skip_first,
-                seed=cfg.seed,
+                cell,
+                sign=c.sign,
+                length=c.length,
+                n_samples=c.n_samples,
+                batch_size=c.batch_size,
+                skip_first=c.skip_first,
+                seed=c.seed,
                 device=run.device,
                 base=run.labels,
-                progress=bar,
             )
-        grid = pd.DataFrame(rows)
-        quant = isinstance(run.task, Quantifier)
+            yield {"results": pd.DataFrame(rows)}
+            progress.update(1)
+        if any(b.attn is not None for b in run.model.blocks) and getattr(self, "out_dir", None):
+            self.example(run)
+
+    def example(self, run) -> list[Path]:
+        """One prompt of the cell (largest M, smallest k), last-layer attention before and after."""
+        c = self.cfg
+        m, k, n = max(c.magnitudes), min(c.counts), c.length
+        g = cell_generator(c.seed, m, k, n, list(Sign).index(Sign(value_of(c.sign))))
+        clean = run.task.sample(c.batch_size, n, g, "cpu")
+        positions, values = draw_insertions(g, c.batch_size, n, k, m, c.sign)
+        dev = insert(run.task, clean, positions, values)
+        marks = sorted((positions[0] * run.task.stride()).tolist())
+        return example_figure(
+            run,
+            run.task,
+            clean,
+            dev,
+            marks,
+            f"{run.title} · step {run.step}\nexample prompt: x at example(s) {sorted(positions[0].tolist())} "
+            f"(0-based) replaced by {', '.join(f'{v:g}' for v in values[0].tolist())}",
+            self.out_dir / "example_attention",
+        )
+
+    def draw(self, frames, title, out_dir: Path) -> list[Path]:
+        grid, c = frames["results"], self.cfg
+        quant = self.task.classification
         main = "sequence_error" if quant else "mse"
         mine = grid[grid.predictor == "model"]
-        sign = value_of(cfg.sign)
-        figs = plots.heatmap(
+        sign, n = value_of(c.sign), c.length
+        figs = plotting.heatmap(
             mine[mine.metric == main],
             "M",
             "k",
-            f"{run.title}\n{main.replace('_', ' ')}, {n} examples with\nk inserted values ({sign}) of magnitude M",
+            f"{title}\n{main.replace('_', ' ')}, {n} examples with\nk inserted values ({sign}) of magnitude M",
             out_dir / f"{main}_grid",
             log=not quant,
             xlabel="k (inserted values per prompt)",
@@ -491,32 +466,20 @@ class Deviant:
         if have_attn:
             figs += share_figure(
                 mine,
-                f"{run.title}\nlast-layer attention on the inserted tokens (solid) vs uniform share (dashed)",
+                f"{title}\nlast-layer attention on the inserted tokens (solid) vs uniform share (dashed)",
                 out_dir / "attention_on_inserted",
             )
         if quant:
             figs += follows_figure(
                 grid[grid.metric == "follows_largest"],
-                f"{run.title}\npredictions following the prediction at the largest inserted element",
+                f"{title}\npredictions following the prediction at the largest inserted element",
                 out_dir / "follows_largest",
             )
-        if have_attn:  # one example prompt of the cell (largest M, smallest k): before and after
-            m, k = max(cfg.magnitudes), min(cfg.counts)
-            g = cell_generator(cfg.seed, m, k, n, list(Sign).index(Sign(sign)))
-            clean = run.task.sample(cfg.batch_size, n, g, "cpu")
-            positions, values = draw_insertions(g, cfg.batch_size, n, k, m, cfg.sign)
-            dev = insert(run.task, clean, positions, values)
-            marks = sorted((positions[0] * stride(run.task)).tolist())
-            figs += example_figure(
-                run,
-                run.task,
-                clean,
-                dev,
-                marks,
-                f"{run.title}\nexample prompt: x at example(s) {sorted(positions[0].tolist())} (0-based) "
-                f"replaced by {', '.join(f'{v:g}' for v in values[0].tolist())}",
-                out_dir / "example_attention",
-            )
+        return figs
+
+    def summarize(self, frames) -> dict:
+        grid = frames["results"]
+        main = "sequence_error" if self.task.classification else "mse"
 
         def table(metric, predictor="model"):
             d = grid[(grid.metric == metric) & (grid.predictor == predictor)]
@@ -524,10 +487,9 @@ class Deviant:
 
         summary = {
             "metric": main,
-            "length": n,
-            "sign": sign,
+            "length": self.cfg.length,
+            "sign": value_of(self.cfg.sign),
             main: table(main),
-            "figures": [p.name for p in figs],
         }
         for metric in (
             "follows_largest",
@@ -539,6 +501,6 @@ class Deviant:
         ):
             if metric in set(grid.metric):
                 summary[metric] = table(metric)
-        if quant:
+        if self.task.classification:
             summary["labels_follows_largest"] = table("follows_largest", "labels")
-        return {"results": grid}, summary
+        return summary

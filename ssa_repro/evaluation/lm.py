@@ -17,7 +17,6 @@ each task's accuracy ± standard error, zero- and few-shot); ``scripts/lm_table.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass, field
@@ -26,8 +25,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from ssa_repro.core.enums import value_of
+from ssa_repro.evaluation import lm_eval_adapter
+from ssa_repro.evaluation import multiple_choice as mc
+from ssa_repro.evaluation.multiple_choice import PAPER_MISSING, TokenLM
+from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.evaluation.perplexity import stream_nll, summarise
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, supported
 
 log = logging.getLogger("ssa_repro.evaluate")
 
@@ -52,6 +56,7 @@ class LMEvalConfig(EvalConfig):
     limit: int | None = 500  # items per task (null: all; the CPU default keeps eval=lm to minutes)
     backend: Backend = Backend.auto
     batch_size: int = 16  # sequences per forward pass for the tasks
+    max_windows: int | None = None  # score only the first this many windows of each split (null: all)
 
 
 def perplexity_table(model, task, splits, *, stride, batch_size, max_windows, device, base) -> pd.DataFrame:
@@ -87,9 +92,7 @@ def perplexity_table(model, task, splits, *, stride, batch_size, max_windows, de
 
 
 def _backend(cfg) -> str:
-    from ssa_repro.evaluation import lm_eval_adapter
-
-    b = getattr(cfg.backend, "value", cfg.backend)
+    b = value_of(cfg.backend)
     if b == "auto":
         return "lm_eval" if lm_eval_adapter.available() else "builtin"
     return b
@@ -97,14 +100,10 @@ def _backend(cfg) -> str:
 
 def task_rows(lm, root, names, shots, limit, backend, folder: Path, base: dict) -> list[dict]:
     """Long-form rows (task, shots, metric, value, stderr, n, backend) for every task and shot count."""
-    from ssa_repro.evaluation import multiple_choice as mc
-
     rows = []
     for k in shots:
         if backend == "lm_eval":
-            from ssa_repro.evaluation.lm_eval_adapter import run_harness
-
-            res = run_harness(lm, root, list(names), k, limit, folder / "lm_eval_tasks")
+            res = lm_eval_adapter.run_harness(lm, root, list(names), k, limit, folder / "lm_eval_tasks")
         else:
             res = {}
             for name in names:
@@ -121,7 +120,7 @@ def task_rows(lm, root, names, shots, limit, backend, folder: Path, base: dict) 
                 rows.append(
                     {
                         **base,
-                        "task": name,
+                        "benchmark": name,
                         "paper_row": mc.TASKS[name].paper,
                         "shots": k,
                         "metric": metric,
@@ -138,181 +137,88 @@ def task_rows(lm, root, names, shots, limit, backend, folder: Path, base: dict) 
 
 
 @EVALUATORS.register("lm", schema=LMEvalConfig)
-class LMEval:
-    @staticmethod
-    def check(run_cfg, cfg) -> list[str]:
-        from ssa_repro.evaluation import lm_eval_adapter
-        from ssa_repro.evaluation.multiple_choice import TASKS
+class LMEval(Evaluator):
+    """One cell: every split's perplexity and every task × shots (reused whole when stored)."""
 
-        out = []
-        if run_cfg.task.name != "lm":
-            return [f"eval=lm needs a task=lm run; this run is task={run_cfg.task.name}"]
+    name = "lm"
+
+    def problems(self) -> list[str]:
+        found = supported(self.task, "lm")
+        if found:
+            return found
+        run_cfg, cfg, out = self.run_cfg, self.cfg, []
         bad = [s for s in cfg.splits if s not in ("heldout", "valid", "test")]
         if bad:
             out.append(f"eval.splits has {bad}; allowed: heldout, valid, test")
         if "heldout" in cfg.splits and not run_cfg.task.heldout_every:
             out.append("eval.splits has heldout but the run held out no documents (task.heldout_every=0)")
-        bad = [t for t in cfg.tasks if t not in TASKS]
+        bad = [t for t in cfg.tasks if t not in MC_TASKS]
         if bad:
-            out.append(f"eval.tasks has {bad}; allowed: {', '.join(TASKS)}")
+            out.append(f"eval.tasks has {bad}; allowed: {', '.join(MC_TASKS)}")
         if any(k < 0 for k in cfg.num_fewshot):
             out.append(f"eval.num_fewshot={list(cfg.num_fewshot)} must be >= 0")
         if cfg.stride is not None and not 1 <= cfg.stride <= run_cfg.task.context:
             out.append(f"eval.stride={cfg.stride} must be in [1, task.context={run_cfg.task.context}]")
-        if cfg.max_tokens is not None and cfg.max_tokens < 1:
-            out.append(f"eval.max_tokens={cfg.max_tokens} must be >= 1 or null (whole streams)")
-        if cfg.limit is not None and cfg.limit < 1:
-            out.append(f"eval.limit={cfg.limit} must be >= 1 or null (all items)")
-        if getattr(cfg.backend, "value", cfg.backend) == "lm_eval" and not lm_eval_adapter.available():
+        for key in ("max_tokens", "max_windows", "limit"):
+            if cfg[key] is not None and cfg[key] < 1:
+                out.append(f"eval.{key}={cfg[key]} must be >= 1 or null (all)")
+        if value_of(cfg.backend) == "lm_eval" and not lm_eval_adapter.available():
             out.append(
                 "eval.backend=lm_eval but lm_eval is not installed: pip install -e '.[lm]' (or backend=builtin)"
             )
         return out
 
-    @staticmethod
-    def run(run, cfg, out_dir: Path):
-        from ssa_repro.evaluation.multiple_choice import PAPER_MISSING, TokenLM
+    def tables(self) -> tuple[str, ...]:
+        return ("results", "perplexity")
 
-        task, model = run.task, run.model
+    def compute(self, run, cells, progress):
+        cfg, task, model = self.cfg, run.task, run.model
         base = dict(run.labels)
-        base.pop("task", None)
+        windows = cfg.max_windows
+        if cfg.max_tokens is not None:
+            windows = -(-cfg.max_tokens // (cfg.stride or task.cfg.context))
         ppl = perplexity_table(
             model,
             task,
             list(cfg.splits),
             stride=cfg.stride,
             batch_size=cfg.ppl_batch_size,
-            max_windows=None
-            if cfg.max_tokens is None
-            else -(-cfg.max_tokens // (cfg.stride or task.cfg.context)),
+            max_windows=windows,
             device=run.device,
-            base={"task": "lm", **base},
+            base=base,
         )
         for r in ppl.itertuples():
             log.info("lm: %s perplexity %.2f (%d tokens)", r.split, r.perplexity, r.n_tokens)
-        backend = _backend(cfg)
-        lm = TokenLM(model, task.tokenizer, task.cfg.context, run.device, cfg.batch_size)
-        rows = task_rows(
-            lm, task.cfg.data_root, list(cfg.tasks), list(cfg.num_fewshot), cfg.limit, backend, out_dir, base
-        )
-        results = pd.DataFrame(rows)
-        (out_dir / "table.md").write_text(
-            _markdown(lm_table_frames([(run.labels["scorer"], ppl, results)])) + "\n"
-        )
-        summary = {
+        rows = [
+            {**base, "split": r.split, "metric": "perplexity", "value": r.perplexity, "n": r.n_tokens}
+            for r in ppl.itertuples()
+        ]
+        if cfg.tasks:
+            backend = _backend(cfg)
+            lm = TokenLM(model, task.tokenizer, task.cfg.context, run.device, cfg.batch_size)
+            rows += task_rows(
+                lm,
+                task.cfg.data_root,
+                list(cfg.tasks),
+                list(cfg.num_fewshot),
+                cfg.limit,
+                backend,
+                self.out_dir,
+                base,
+            )
+        progress.update(1)
+        yield {"results": pd.DataFrame(rows), "perplexity": ppl}
+
+    def summarize(self, frames) -> dict:
+        res, ppl = frames["results"], frames["perplexity"]
+        bench = res[res["benchmark"].notna()] if "benchmark" in res else res.iloc[:0]
+        return {
             "perplexity": {r.split: r.perplexity for r in ppl.itertuples()},
+            "in_distribution": {f"{r.split}_ppl": r.perplexity for r in ppl.itertuples()},
             "accuracy": {
-                f"{r.task}_{r.shots}shot": r.value for r in results.itertuples() if r.metric == "acc"
+                f"{r.benchmark}_{int(r.shots)}shot": r.value for r in bench.itertuples() if r.metric == "acc"
             },
-            "backend": backend,
-            "tokenizer": task.tokenizer.fingerprint,
+            "tokenizer": str(ppl["tokenizer"].iloc[0]) if len(ppl) else None,
             "unavailable_offline": [*PAPER_MISSING, "WSC (SuperGLUE split)"],
             "stand_ins": {"RTE": "RTE-3 test", "WSC": "WSC273"},
-            "figures": [],
         }
-        return {"results": results, "perplexity": ppl}, summary
-
-
-# --------------------------------------------------------------------------- table 2
-def _cell(value, err, pct=True) -> str:
-    if value is None or value != value:
-        return "–"
-    scale = 100 if pct else 1
-    if err is None or err != err:
-        return f"{value * scale:.1f}"
-    return f"{value * scale:.1f} ± {err * scale:.1f}"
-
-
-def lm_table_frames(runs: list[tuple[str, pd.DataFrame, pd.DataFrame]]) -> pd.DataFrame:
-    """Rows: perplexities, then each task's acc (acc_norm where lm-eval reports it, as the paper's
-    harness numbers are); columns: ``<shots>-shot <label>`` for each run. Values in %, ± stderr."""
-    from ssa_repro.evaluation.multiple_choice import TASKS
-
-    table: dict[str, dict[str, str]] = {}
-    order: list[str] = []
-
-    def put(row, col, text):
-        if row not in table:
-            table[row] = {}
-            order.append(row)
-        table[row][col] = text
-
-    shots = sorted({int(s) for _, _, res in runs for s in res["shots"].unique()}) if runs else []
-    for label, ppl, _ in runs:  # perplexities do not depend on shots: in the first shot columns
-        for r in ppl.itertuples():
-            put(
-                f"perplexity: {r.split}",
-                f"{shots[0]}-shot {label}" if shots else label,
-                f"{r.perplexity:.2f}",
-            )
-    for k in shots:
-        for label, _, res in runs:
-            sub = res[res.shots == k]
-            for name in TASKS:
-                rows = sub[sub.task == name]
-                if rows.empty:
-                    continue
-                metric = "acc_norm" if "acc_norm" in set(rows.metric) else "acc"
-                r = rows[rows.metric == metric].iloc[0]
-                put(f"{TASKS[name].paper} [{name}, {metric}]", f"{k}-shot {label}", _cell(r.value, r.stderr))
-    frame = pd.DataFrame.from_dict(table, orient="index").loc[order]
-    frame.index.name = "row"
-    return frame.fillna("")
-
-
-def _markdown(frame: pd.DataFrame) -> str:
-    cols = ["row", *frame.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for idx, r in frame.iterrows():
-        lines.append("| " + " | ".join([str(idx), *[str(v) for v in r.values]]) + " |")
-    return "\n".join(lines)
-
-
-def lm_table(run_dirs: list[str | Path], out: str | Path | None = None) -> pd.DataFrame:
-    """Table 2 for several ``eval=lm``-evaluated runs (labelled by scorer); writes ``<out>.csv`` and
-    ``<out>.md`` when ``out`` is given."""
-    runs = []
-    for d in run_dirs:
-        folder = Path(d) / "eval" / "lm"
-        if not (folder / "summary.json").exists():
-            raise FileNotFoundError(
-                f"{folder}/summary.json missing: run python evaluate.py run_dir={d} eval=lm"
-            )
-        s = json.loads((folder / "summary.json").read_text())
-        label = s.get("scorer", Path(d).name)
-        if any(label == r[0] for r in runs):
-            label = f"{label} ({Path(d).name})"
-        runs.append((label, pd.read_csv(folder / "perplexity.csv"), pd.read_csv(folder / "results.csv")))
-    frame = lm_table_frames(runs)
-    if out is not None:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        frame.to_csv(out.with_suffix(".csv"))
-        out.with_suffix(".md").write_text(_markdown(frame) + "\n")
-    return frame
-
-
-def lm_run_dirs(paths: list[str | Path]) -> list[Path]:
-    """Run folders holding ``eval/lm/summary.json`` under each path (a run or a sweep folder)."""
-    found: list[Path] = []
-    for p in map(Path, paths):
-        hits = [p] if (p / "eval" / "lm" / "summary.json").exists() else []
-        hits = hits or sorted(s.parents[2] for s in p.rglob("eval/lm/summary.json"))
-        found += [h for h in hits if h not in found]
-    return found
-
-
-def compare_main(paths: list[str | Path], out: str | Path | None = None) -> int:
-    """``scripts/lm_table.py`` (and the hook for ``scripts/compare.py``): table 2 for the ``eval=lm``
-    runs found under ``paths``, written to ``<out>/lm_table.csv`` and ``.md`` and printed."""
-    runs = lm_run_dirs(paths)
-    if not runs:
-        print(
-            f"no eval/lm results under {', '.join(map(str, paths))}: run python evaluate.py run_dir=... eval=lm"
-        )
-        return 1
-    folder = Path(out) if out else Path(paths[0])
-    frame = lm_table(runs, folder / "lm_table")
-    print(_markdown(frame))
-    print(f"\nwritten: {folder / 'lm_table.csv'}, {folder / 'lm_table.md'}")
-    return 0

@@ -1,14 +1,32 @@
-"""Evaluations by name (``eval=...``): each registers a class with its config schema.
+"""Evaluations by name (``eval=...``): each registers an :class:`Evaluator` with its config schema.
 
-An evaluation class has two static methods:
-  ``check(run_cfg, cfg) -> list[str]``: problems, found from the run's config alone, before any work
-  ``run(run: LoadedRun, cfg, out_dir) -> (tables, summary)``: ``tables`` maps a file stem to a long-form
-      DataFrame (``results`` is the main one); ``summary`` is JSON-able and lists the figures written
-      into ``out_dir`` under "figures".
-The runner (runner.py) handles folders, caching and W&B.
+An evaluator is built for one run (``Evaluator(cfg, run_cfg, task)``, from the run's config alone,
+before any model is loaded) and says:
+
+  ``axes``            config keys whose values are cells (``sigmas``, ``lengths``, ...): they are not
+                      part of the protocol, so evaluations that differ only there pool their cells
+  ``coords``          the columns that identify a cell in its tables (``sigma_x``, ``length``, ...)
+  ``resolve()``       fill the config's nulls from the run and the task (called first)
+  ``problems()``      everything wrong with the config for this run, before any work
+  ``cells()``         the cells the config asks for (dicts of coordinate values)
+  ``compute(run, cells, progress)``
+                      yields tables (``{"results": frame, ...}``) holding complete cells, so an
+                      interrupted evaluation keeps what it finished; ``results`` is long form: one row
+                      per cell × predictor × metric with value, n_samples, ci_low, ci_high
+  ``draw(frames, title, out_dir)``, ``summarize(frames)``
+                      figures and headline numbers from every stored cell of the protocol
+
+The runner (runner.py) does the rest: presets, the store, the lock, progress and timing.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import OmegaConf
 
 from ssa_repro.core.registry import Registry
 
@@ -18,4 +36,56 @@ EVALUATORS: Registry = Registry("evaluation")
 @dataclass
 class EvalConfig:
     name: str = "default"
-    force: bool = False  # recompute even when cached results for the same config and checkpoint exist
+    force: bool = False  # compute every asked-for cell again (new parts; the old ones stay on disk)
+
+
+class Evaluator:
+    name: str = ""
+    version: int = 1  # bump when the computation changes: older cells then belong to another protocol
+    axes: tuple[str, ...] = ()
+    coords: tuple[str, ...] = ()
+
+    def __init__(self, cfg, run_cfg, task):
+        self.cfg = cfg
+        self.run_cfg = run_cfg
+        self.task = task
+
+    def resolve(self) -> None:
+        """Fill the config's nulls from the run (e.g. ``length: null`` = ``curriculum.end``)."""
+
+    def problems(self) -> list[str]:
+        return []
+
+    def protocol(self) -> dict:
+        """Every setting but the axes (and ``name``, ``force``, ``preset``), and the version."""
+        settings = OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True)
+        drop = {"name", "force", "preset", *self.axes}
+        return {"version": self.version, **{k: v for k, v in settings.items() if k not in drop}}
+
+    def cells(self) -> list[dict]:
+        return [{}]
+
+    def compute(self, run, cells: list[dict], progress) -> Iterator[dict[str, pd.DataFrame]]:
+        raise NotImplementedError
+
+    def draw(self, frames: dict[str, pd.DataFrame], title: str, out_dir: Path) -> list[Path]:
+        return []
+
+    def summarize(self, frames: dict[str, pd.DataFrame]) -> dict:
+        return {}
+
+    def tables(self) -> tuple[str, ...]:
+        """The tables ``compute`` writes (``results`` first)."""
+        return ("results",)
+
+
+def supported(task, name: str) -> list[str]:
+    """Problems when ``task`` does not declare evaluation ``name`` among those it supports."""
+    ev = getattr(task, "evaluation", None)
+    if ev is None:
+        return [f"task {task.cfg.name!r} declares no evaluation (Task.evaluation): it cannot be evaluated"]
+    if name not in ev.supports:
+        return [
+            f"eval={name} does not apply to task={task.cfg.name}; this task supports: {', '.join(ev.supports)}"
+        ]
+    return []

@@ -1,10 +1,20 @@
-"""Run one evaluation on one run folder: results go to ``<run_dir>/eval/<name>/``.
+"""Run one evaluation of one run: presets, cells to compute, the store, the derived figures.
 
-Files: ``results.csv`` (long form: one row per cell and predictor with task, scorer, model, seed, step,
-the cell's coordinates, metric, value, n_samples, ci_low, ci_high), any further tables, the figures
-(PNG and PDF) and ``summary.json`` (the evaluation config, checkpoint step, timings, figure names).
-Re-running with the same evaluation config on the same checkpoint reuses ``summary.json`` unless
-``eval.force=true``. Nothing is written outside the run folder.
+    evaluate(run, cfg) -> summary
+
+1. Presets: ``eval=default`` is the task's declared default evaluation (its paper protocol; grid keys
+   such as ``eval.sigmas`` apply to it directly), ``eval=quick`` the task's end-of-run evaluation (what
+   every training ends with). Both resolve to a concrete evaluation (``grid``, ``lm``, ``zorro``, ...);
+   the preset's name is kept in the rows (``preset`` column) for finding them again.
+2. The evaluator fills its nulls from the run (``resolve``) and lists every problem (``problems``)
+   before any work: :func:`check` does this from a run's config alone.
+3. Cells: the protocol's stored cells at this checkpoint step are reused, the missing ones computed
+   (all with ``eval.force=true``) and written as they finish (an interrupted evaluation keeps them).
+4. Derived files (``results.csv``, further tables, figures, ``summary.json``) are redrawn from every
+   stored cell of the protocol at the newest step, under the protocol folder's lock.
+
+Rows carry the run's labels (task, scorer, model, seed, step), ``eval``, ``protocol`` (the id) and
+``preset``. Nothing is written outside ``<run_dir>/eval/``.
 """
 
 from __future__ import annotations
@@ -12,92 +22,206 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
+from dataclasses import dataclass
 
+import pandas as pd
 from omegaconf import OmegaConf
+from omegaconf.errors import ValidationError
 
-from ssa_repro.evaluation.registry import EVALUATORS
-from ssa_repro.evaluation.run import LoadedRun
+from ssa_repro.core.atomic import atomic_path, write_json
+from ssa_repro.evaluation.grid import GridConfig
+from ssa_repro.evaluation.loading import LoadedRun
+from ssa_repro.evaluation.progress import Progress
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
+from ssa_repro.evaluation.store import Store
+from ssa_repro.tasks import TASKS, build_task
 
 log = logging.getLogger("ssa_repro.evaluate")
 
-DEFAULT_FOR_TASK = {
-    "linear": "linear_grid",
-    "every": "quantifier_grid",
-    "some": "quantifier_grid",
-    "lm": "lm",
-    "mlm": "zorro",
-}
+
+class EvaluationError(ValueError):
+    """An evaluation that cannot run on this run (the message lists every problem)."""
 
 
-def resolve(cfg, run: LoadedRun):  # noqa: D401
-    """``eval=default`` becomes the task's grid with its schema's (the paper's) defaults."""
-    if cfg.name != "default":
-        return cfg
-    name = DEFAULT_FOR_TASK[run.cfg.task.name]
-    return OmegaConf.merge(OmegaConf.structured(EVALUATORS.schemas[name]), {"force": cfg.force})
+@dataclass
+class DefaultConfig(GridConfig):
+    """``eval=default``: the task's default evaluation. For grid tasks every grid key applies."""
+
+    name: str = "default"
+
+
+@dataclass
+class QuickConfig(EvalConfig):
+    """``eval=quick``: the task's end-of-run evaluation. For grid tasks the null values are the task's
+    quick grid (``Grid.quick``); set them to evaluate every run of a sweep on one fixed grid."""
+
+    name: str = "quick"
+    sigmas: list[float] | None = None
+    sigmas_f: list[float] | None = None
+    lengths: list[int] | None = None
+    n_samples: int | None = None
+    batch_size: int | None = None
+    skip_first: int = 3
+    seed: int = 1234
+    nested: bool | None = None
+
+
+EVALUATORS.register("default", schema=DefaultConfig)(DefaultConfig)
+EVALUATORS.register("quick", schema=QuickConfig)(QuickConfig)
+PRESETS = ("default", "quick")
+GRID_KEYS = [k for k in GridConfig.__dataclass_fields__ if k not in ("name", "force")]
+
+
+def _concrete(cfg, run_cfg, task) -> tuple[object, list[str]]:
+    """The concrete evaluation config behind a preset (and problems found on the way)."""
+    if cfg.name not in PRESETS:
+        return cfg, []
+    declared = getattr(task, "evaluation", None)
+    if declared is None:
+        return cfg, [
+            f"task {run_cfg.task.name!r} declares no evaluation (Task.evaluation), so eval={cfg.name} "
+            "has nothing to run"
+        ]
+    if cfg.name == "default":
+        target, settings = declared.default, {}
+    else:
+        target, settings = task.quick_evaluation()
+    schema = EVALUATORS.schemas[target]
+    given = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    if target == "grid":
+        keys = GRID_KEYS if cfg.name == "default" else list(QuickConfig.__dataclass_fields__)
+        chosen = {k: given[k] for k in keys if k in given and k not in ("name", "force")}
+        chosen = {k: v for k, v in chosen.items() if v is not None}
+        if cfg.name == "quick":
+            chosen.setdefault("preset", "quick")
+        merged = {**settings, **chosen}
+    else:
+        defaults = OmegaConf.to_container(OmegaConf.structured(DefaultConfig), enum_to_str=True)
+        changed = [k for k in given if k not in ("name", "force") and given[k] != defaults.get(k)]
+        if changed and cfg.name == "default":  # (quick's grid keys do not apply to corpus tasks)
+            return cfg, [
+                f"eval.{', eval.'.join(changed)} belong to the grid evaluation; task {run_cfg.task.name}'s "
+                f"default evaluation is eval={target} (its keys: {', '.join(_keys(schema))})"
+            ]
+        merged = dict(settings)
+    out = OmegaConf.merge(OmegaConf.structured(schema), {**merged, "force": bool(cfg.force)})
+    return out, []
+
+
+def _keys(schema) -> list[str]:
+    return [k for k in schema.__dataclass_fields__ if k not in ("name", "force")]
+
+
+def build(cfg, run_cfg) -> tuple[Evaluator | None, list[str]]:
+    """The evaluator for ``cfg`` on the run whose config is ``run_cfg``, resolved, and its problems."""
+    if run_cfg.task.name not in TASKS:
+        return None, [f"the run's task {run_cfg.task.name!r} is not registered; known: {', '.join(TASKS.names())}"]
+    task = build_task(run_cfg.task)
+    preset = cfg.name
+    cfg, found = _concrete(cfg, run_cfg, task)
+    if found:
+        return None, found
+    cls = EVALUATORS.get(cfg.name)
+    if not (isinstance(cls, type) and issubclass(cls, Evaluator)):
+        return None, [f"eval={cfg.name} is a preset, not an evaluation"]
+    try:  # a private, typed copy (a value the schema refuses is a problem, said like the others)
+        cfg = OmegaConf.merge(OmegaConf.structured(EVALUATORS.schemas[cfg.name]), cfg)
+    except ValidationError as e:
+        return None, [f"eval.{e.full_key}: {str(e).splitlines()[0]}"]
+    ev = cls(cfg, run_cfg, task)
+    ev.preset = preset
+    ev.resolve()
+    return ev, ev.problems()
 
 
 def check(run_cfg, cfg) -> list[str]:
-    """Problems with an evaluation config for a run (from its config.yaml alone): before any work."""
-    if cfg.name == "default":
-        name = DEFAULT_FOR_TASK[run_cfg.task.name]
-        cfg = OmegaConf.structured(EVALUATORS.schemas[name])
-    return EVALUATORS.get(cfg.name).check(run_cfg, cfg)
+    """Problems with an evaluation config for a run, from its config alone: before any work."""
+    return build(cfg, run_cfg)[1]
 
 
-def evaluate(run: LoadedRun, cfg, wandb_log: bool = True) -> dict:
-    cfg = resolve(cfg, run)
-    evaluator = EVALUATORS.get(cfg.name)
-    out_dir = run.run_dir / "eval" / cfg.name
-    key = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    key.pop("force", None)
-    cached = out_dir / "summary.json"
-    if cached.exists() and not cfg.force:
-        summary = json.loads(cached.read_text())
-        if summary.get("eval_config") == key and summary.get("step") == run.step:
-            log.info("%s: cached results in %s (eval.force=true recomputes)", cfg.name, out_dir)
-            return summary
-    out_dir.mkdir(parents=True, exist_ok=True)
+def store_of(run_dir, ev: Evaluator) -> Store:
+    return Store(run_dir, ev.name, ev.protocol(), list(ev.coords))
+
+
+def evaluate(run: LoadedRun, cfg) -> dict:
+    """Evaluate ``run`` (compute the missing cells, store them, redraw); returns the summary."""
+    ev, found = build(cfg, run.cfg)
+    if found:
+        raise EvaluationError("\n  - ".join([f"cannot run eval={cfg.name} on {run.run_dir}:", *found]))
+    store = store_of(run.run_dir, ev)
+    wanted = ev.cells()
+    have = set() if ev.cfg.force else store.present(run.step)
+    missing = [c for c in wanted if store.cell_key(c) not in have]
+    log.info(
+        "%s (eval=%s) on %s, step %d: %d cells, %d stored, %d to compute; results in %s",
+        ev.name,
+        ev.preset,
+        run.run_dir,
+        run.step,
+        len(wanted),
+        len(wanted) - len(missing),
+        len(missing),
+        store.dir,
+    )
+    ev.out_dir = store.dir  # for evaluators that write arrays or model-made figures while computing
+    store.ensure()
     t0 = time.perf_counter()
-    tables, summary = evaluator.run(run, cfg, out_dir)
-    for stem, frame in tables.items():
-        frame.to_csv(out_dir / f"{stem}.csv", index=False)
-    summary = {
-        **run.labels,
-        "eval": cfg.name,
-        "eval_config": key,
-        **summary,
-        "tables": [f"{s}.csv" for s in tables],
-        "seconds": time.perf_counter() - t0,
-    }
-    cached.write_text(json.dumps(summary, indent=2, default=float) + "\n")
-    log.info("%s: %.1f s, results in %s", cfg.name, summary["seconds"], out_dir)
-    if wandb_log:
-        _log_to_wandb(run, cfg.name, tables, [out_dir / f for f in summary.get("figures", [])])
+    tags = {"eval": ev.name, "protocol": store.id, "preset": ev.preset}
+    if missing:
+        was_training = run.model.training
+        run.model.eval()
+        try:
+            with Progress(len(missing), ev.name) as bar:
+                for tables in ev.compute(run, missing, bar):
+                    store.write({k: v.assign(**tags) for k, v in tables.items() if v is not None and len(v)})
+        finally:
+            run.model.train(was_training)
+    seconds = time.perf_counter() - t0
+    summary_path = store.dir / "summary.json"
+    newest = max((p.stat().st_mtime for p in store.dir.glob("parts/*.csv")), default=0.0)
+    if missing or not summary_path.exists() or summary_path.stat().st_mtime < newest:
+        summary = redraw(store, ev, run.title)
+    else:  # nothing new: the derived files already show every stored cell (touch nothing)
+        summary = json.loads(summary_path.read_text())
+    summary.update(
+        {
+            "cells_asked": len(wanted),
+            "cells_reused": len(wanted) - len(missing),
+            "cells_computed": len(missing),
+            "seconds": seconds,
+        }
+    )
+    log.info("%s: %.1f s; %s", ev.name, seconds, store.dir / "summary.json")
     return summary
 
 
-def _log_to_wandb(run: LoadedRun, name: str, tables: dict, figures: list[Path]) -> None:
-    """Append tables and figures to the run's own W&B run (same id, same mode), if it had one."""
-    id_file = run.run_dir / "wandb_id.txt"
-    mode = str(run.cfg.get("logger", {}).get("mode", "disabled"))
-    if not id_file.exists() or mode == "disabled":
-        return
-    import wandb
+def redraw(store: Store, ev: Evaluator, title: str) -> dict:
+    """Tables, figures and summary.json of the protocol, from every stored cell (newest step)."""
+    with store.locked():
+        frames = {t: store.read(t) for t in ev.tables()}
+        results = frames["results"]
+        step = int(results["step"].max()) if len(results) else None
+        latest = {t: (f[f["step"] == step] if len(f) and "step" in f else f) for t, f in frames.items()}
+        for table, frame in frames.items():
+            if len(frame):
+                with atomic_path(store.dir / f"{table}.csv") as tmp:
+                    frame.to_csv(tmp, index=False)
+        figures = ev.draw(latest, f"{title} · step {step}", store.dir) if step is not None else []
+        summary = {
+            "evaluation": ev.name,
+            "protocol_id": store.id,
+            "protocol": store.protocol,
+            "presets": sorted(set(results["preset"])) if "preset" in results else [],
+            "step": step,
+            "steps": sorted(int(s) for s in results["step"].unique()) if len(results) else [],
+            "dir": str(store.dir),
+            "figures": [p.name for p in figures],
+            **ev.summarize(latest),
+        }
+        write_json(store.dir / "summary.json", summary)
+    return summary
 
-    with wandb.init(
-        project=run.cfg.logger.project,
-        entity=run.cfg.logger.entity,
-        id=id_file.read_text().strip(),
-        resume="allow",
-        dir=str(run.run_dir),
-        mode=mode,
-        reinit="finish_previous",
-        settings=wandb.Settings(silent=True, console="off"),
-    ) as wb:
-        for stem, frame in tables.items():
-            wb.log({f"eval/{name}/{stem}": wandb.Table(dataframe=frame)})
-        for path in figures:
-            if path.suffix == ".png":
-                wb.log({f"eval/{name}/{path.stem}": wandb.Image(str(path))})
+
+def results_frame(summary: dict) -> pd.DataFrame:
+    """The stored results table of an evaluation summary's protocol (for W&B and notebooks)."""
+    return pd.read_csv(f"{summary['dir']}/results.csv")

@@ -37,9 +37,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.patches import Patch
 
-from ssa_repro.evaluation import plots
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig
+from ssa_repro.core import plotting
+from ssa_repro.data import childes
+from ssa_repro.data.paths import resolve_root
+from ssa_repro.evaluation.intervals import wilson
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, supported
 from ssa_repro.tasks.mlm import logits_at
 
 log = logging.getLogger("ssa_repro.evaluate")
@@ -152,14 +156,15 @@ SCORERS = {"pll": pll_scores, "holistic": holistic_scores}
 
 
 def binomial(correct: int, n: int) -> dict:
-    """Accuracy in % with the binomial standard error and a 95% normal interval."""
+    """Accuracy in % with the binomial standard error and the 95% Wilson interval (inside [0, 100])."""
     p = correct / n if n else float("nan")
     se = math.sqrt(p * (1 - p) / n) if n else float("nan")
+    lo, hi = wilson(correct, n)
     return {
         "value": 100 * p,
         "se": 100 * se,
-        "ci_low": 100 * (p - 1.96 * se),
-        "ci_high": 100 * (p + 1.96 * se),
+        "ci_low": 100 * lo,
+        "ci_high": 100 * hi,
         "n_samples": n,
         "correct": correct,
     }
@@ -204,8 +209,8 @@ def accuracy_rows(
                     "metric": "accuracy",
                     "value": v,
                     "se": se,
-                    "ci_low": v - 1.96 * se,
-                    "ci_high": v + 1.96 * se,
+                    "ci_low": max(v - 1.96 * se, 0.0),
+                    "ci_high": min(v + 1.96 * se, 100.0),
                     "n_samples": int(sub.n_samples.sum()),
                     "correct": int(sub.correct.sum()),
                 }
@@ -234,8 +239,6 @@ def evaluate_zorro(
     max_elements: int = MAX_LOGIT_ELEMENTS,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Accuracy per paradigm and method (``results``) and both scores of every pair (``pairs``)."""
-    from ssa_repro.data import childes
-
     zorro_dir = Path(zorro_dir)
     which = list(which) if which else paradigms(zorro_dir)
     names = paper_names(zorro_dir)
@@ -280,9 +283,7 @@ def headline(results: pd.DataFrame) -> dict:
 def plot_accuracy(results: pd.DataFrame, title: str, path: Path) -> list[Path]:
     """Horizontal bars per paradigm (one colour per method), the paper's 12 probes in bold with a ★;
     error bars are 95% binomial intervals; the dashed line is chance (50%)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
+    plt = plotting.plt
     per = results[~results.paradigm.str.startswith("mean (")]
     order = sorted(per.paradigm.unique(), key=lambda p: (not per[per.paradigm == p].reported.iloc[0], p))
     methods = list(per.method.unique())
@@ -315,7 +316,7 @@ def plot_accuracy(results: pd.DataFrame, title: str, path: Path) -> list[Path]:
     ax.set_ylim(len(order) - 0.5, -0.5)
     ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.05), frameon=False)
     fig.tight_layout()
-    return plots.save(fig, path)
+    return plotting.save(fig, path)
 
 
 # ---------------------------------------------------------------- evaluator
@@ -325,190 +326,99 @@ class ZorroConfig(EvalConfig):
 
     name: str = "zorro"
     paradigms: list[str] = field(default_factory=list)  # file stems; empty = every file in zorro_dir
-    n_pairs: int | None = None  # pairs per paradigm (null: all 2000)
+    n_pairs: int | None = None  # pairs per paradigm (null: all 2000; 0: no Zorro, e.g. heldout only)
     methods: list[str] = field(default_factory=lambda: list(METHODS))
     lowercase: bool = True  # lower-case Zorro (the corpus is lower-case; Zorro title-cases names)
     max_logit_elements: int = MAX_LOGIT_ELEMENTS  # logits per forward pass (memory bound)
+    heldout: int = 0  # also the masked-LM loss on this many held-out utterances (0: none)
 
 
 @EVALUATORS.register("zorro", schema=ZorroConfig)
-class Zorro:
-    @staticmethod
-    def check(run_cfg, cfg) -> list[str]:
-        from ssa_repro.data.paths import resolve_root
+class Zorro(Evaluator):
+    """One cell: every paradigm × method (and the held-out masked-LM loss), reused whole when stored."""
 
-        if run_cfg.task.name != "mlm":
-            return [f"eval=zorro needs a masked-LM run (task=mlm), not task={run_cfg.task.name}"]
-        out = []
+    name = "zorro"
+
+    def problems(self) -> list[str]:
+        found = supported(self.task, "zorro")
+        if found:
+            return found
+        run_cfg, cfg, out = self.run_cfg, self.cfg, []
         bad = [m for m in cfg.methods if m not in METHODS]
         if bad or not cfg.methods:
             out.append(f"eval.methods={list(cfg.methods)}: allowed {', '.join(METHODS)} (at least one)")
-        root = run_cfg.get("data", {}).get("root", "../shared/data")
-        zdir = resolve_root(root) / run_cfg.task.zorro_dir
-        have = paradigms(zdir) if zdir.is_dir() else []
-        if not have:
-            out.append(
-                f"no Zorro files in {zdir} (the run's data.root={root}, task.zorro_dir={run_cfg.task.zorro_dir}); "
-                "edit data.root in the run's config.yaml or set SSA_DATA_ROOT"
-            )
-        missing = [p for p in cfg.paradigms if have and p not in have]
-        if missing:
-            out.append(f"eval.paradigms has {missing}; available: {', '.join(have)}")
-        if cfg.n_pairs is not None and cfg.n_pairs < 1:
-            out.append(f"eval.n_pairs={cfg.n_pairs} must be >= 1 (or null for all)")
+        if cfg.n_pairs != 0:
+            root = run_cfg.get("data", {}).get("root", "../shared/data")
+            zdir = resolve_root(root) / run_cfg.task.zorro_dir
+            have = paradigms(zdir) if zdir.is_dir() else []
+            if not have:
+                out.append(
+                    f"no Zorro files in {zdir} (the run's data.root={root}, task.zorro_dir="
+                    f"{run_cfg.task.zorro_dir}); edit data.root in the run's config.yaml or set SSA_DATA_ROOT"
+                )
+            missing = [p for p in cfg.paradigms if have and p not in have]
+            if missing:
+                out.append(f"eval.paradigms has {missing}; available: {', '.join(have)}")
+        if cfg.n_pairs is not None and cfg.n_pairs < 0:
+            out.append(f"eval.n_pairs={cfg.n_pairs} must be >= 0 (or null for all)")
         if cfg.max_logit_elements < 1:
             out.append(f"eval.max_logit_elements={cfg.max_logit_elements} must be >= 1")
+        if cfg.heldout < 0:
+            out.append(f"eval.heldout={cfg.heldout} must be >= 0")
         return out
 
-    @staticmethod
-    def run(run, cfg, out_dir: Path):
-        task = run.task
-        which = list(cfg.paradigms) or paradigms(task.zorro_dir())
-        log.info(
-            "zorro: %d paradigms × %s pairs, methods %s, on %s",
-            len(which),
-            cfg.n_pairs or "all",
-            list(cfg.methods),
-            run.device,
-        )
-        results, pairs = evaluate_zorro(
-            run.model,
-            task.tokenizer,
-            task.zorro_dir(),
-            run.device,
-            which=which,
-            n_pairs=cfg.n_pairs,
-            methods=list(cfg.methods),
-            lowercase=cfg.lowercase,
-            base=run.labels,
-            max_elements=cfg.max_logit_elements,
-        )
-        figs = plot_accuracy(results, run.title, out_dir / "zorro_accuracy")
-        summary = {"headline": headline(results), "figures": [p.name for p in figs]}
-        return {"results": results, "pairs": pairs}, summary
+    def compute(self, run, cells, progress):
+        cfg, task = self.cfg, run.task
+        rows = []
+        tables = {}
+        if cfg.heldout:
+            held = task.heldout_loss(run.model, run.device, cfg.heldout)
+            rows += [
+                {**run.labels, "paradigm": "heldout", "method": "mlm", "metric": k, "value": v}
+                for k, v in held.items()
+            ]
+        if cfg.n_pairs != 0:
+            which = list(cfg.paradigms) or paradigms(task.zorro_dir())
+            log.info(
+                "zorro: %d paradigms × %s pairs, methods %s, on %s",
+                len(which),
+                cfg.n_pairs or "all",
+                list(cfg.methods),
+                run.device,
+            )
+            results, pairs = evaluate_zorro(
+                run.model,
+                task.tokenizer,
+                task.zorro_dir(),
+                run.device,
+                which=which,
+                n_pairs=cfg.n_pairs,
+                methods=list(cfg.methods),
+                lowercase=cfg.lowercase,
+                base=run.labels,
+                max_elements=cfg.max_logit_elements,
+            )
+            rows += results.to_dict("records")
+            tables["pairs"] = pairs
+        progress.update(1)
+        yield {"results": pd.DataFrame(rows), **tables}
 
+    def tables(self) -> tuple[str, ...]:
+        return ("results", "pairs")
 
-# ---------------------------------------------------------------- across runs (table 3)
-def _result_files(paths) -> list[Path]:
-    found = []
-    for p in map(Path, paths):
-        direct = p / "eval" / "zorro" / "results.csv"
-        if direct.exists():
-            found.append(direct)
-        else:
-            found += sorted(p.glob("**/eval/zorro/results.csv"))
-    return found
+    def draw(self, frames, title, out_dir: Path) -> list[Path]:
+        res = frames["results"]
+        acc = res[res.metric == "accuracy"] if len(res) else res
+        return plot_accuracy(acc, title, out_dir / "zorro_accuracy") if len(acc) else []
 
-
-def mlm_run_dirs(paths) -> list[Path]:
-    """Run folders among ``paths`` (or inside them, for sweeps) whose ``config.yaml`` is a task=mlm run:
-    what ``scripts/compare.py`` can test to hand such runs to :func:`compare_main`."""
-    from omegaconf import OmegaConf
-
-    found = []
-    for p in map(Path, paths):
-        for cfg in [p / "config.yaml"] if (p / "config.yaml").exists() else sorted(p.glob("**/config.yaml")):
-            if OmegaConf.load(cfg).get("task", {}).get("name") == "mlm":
-                found.append(cfg.parent)
-    return found
-
-
-def compare_main(paths, out: str | Path | None = None, method: str = "pll") -> int:
-    """Table 3 for ``paths``: writes the table files into ``out`` (default: the first path when it is a
-    sweep folder, else ``zorro_table/`` beside that run), prints the markdown; 2 with a message when
-    there are no Zorro results."""
-    import sys
-
-    try:
-        table = zorro_table(paths, method)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"Error: {e}", file=sys.stderr)
-        return 2
-    if out is None:  # a sweep folder; never inside a run folder (next to it instead)
-        out = Path(paths[0])
-        out = out.parent / "zorro_table" if (out / "config.yaml").exists() else out
-    out = Path(out)
-    files = write_zorro_table(table, out)
-    print((out / "zorro_table.md").read_text())
-    print("wrote " + ", ".join(str(f) for f in files))
-    return 0
-
-
-def zorro_table(paths, method: str = "pll") -> pd.DataFrame:
-    """The paper's table-3 layout from the ``eval=zorro`` results of run (or sweep) folders: one row per
-    paradigm (the paper's 12 first, under its names, then the rest and the means), per scorer the mean
-    accuracy over seeds, its standard deviation over seeds and the number of seeds; and the paper's
-    own numbers for the 12."""
-    files = _result_files(paths)
-    if not files:
-        raise FileNotFoundError(
-            f"no eval/zorro/results.csv under {list(map(str, paths))}; run python evaluate.py run_dir=... eval=zorro"
-        )
-    frame = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
-    frame = frame[frame.method == method]
-    if frame.empty:
-        raise ValueError(f"no rows for method={method} in {len(files)} results files")
-    frame["paper_name"] = frame.paper_name.fillna("")
-    frame["row"] = np.where(frame.paper_name != "", frame.paper_name, frame.paradigm)
-    agg = frame.groupby(["row", "scorer"]).value.agg(["mean", "std", "count"]).reset_index()
-    scorers = [s for s in PAPER_SCORERS if s in set(agg.scorer)] + sorted(
-        set(agg.scorer) - set(PAPER_SCORERS)
-    )
-    wide = agg.pivot(index="row", columns="scorer")
-    out = pd.DataFrame(index=wide.index)
-    for s in scorers:
-        out[s] = wide[("mean", s)]
-        out[f"{s} sd"] = wide[("std", s)]
-        out[f"{s} seeds"] = wide[("count", s)]
-    for k, s in enumerate(PAPER_SCORERS):
-        out[f"paper {s}"] = [PAPER_TABLE3.get(r, (np.nan,) * 3)[k] for r in out.index]
-    reported = [r for r in PAPER_TABLE3 if r in out.index]
-    means = sorted(r for r in out.index if r.startswith("mean ("))
-    rest = sorted(set(out.index) - set(reported) - set(means))
-    out = out.loc[reported + rest + means]
-    out.index.name = "probe"
-    return out
-
-
-def write_zorro_table(table: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """``zorro_table.csv``, ``zorro_table.md`` and a grouped bar chart ``zorro_table.png``/``.pdf``."""
-    import matplotlib.pyplot as plt
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_dir / "zorro_table.csv")
-    scorers = [c for c in table.columns if not c.endswith((" sd", " seeds")) and not c.startswith("paper ")]
-    lines = ["| probe | " + " | ".join(scorers) + " | paper " + " / ".join(PAPER_SCORERS) + " |"]
-    lines.append("|---" * (len(scorers) + 2) + "|")
-    for probe, row in table.iterrows():
-        cells = []
-        for s in scorers:
-            v, sd, n = row[s], row[f"{s} sd"], row[f"{s} seeds"]
-            cells.append("" if pd.isna(v) else f"{v:.1f}" + (f" ± {sd:.1f} ({int(n)})" if n > 1 else ""))
-        paper = [row[f"paper {s}"] for s in PAPER_SCORERS]
-        ptxt = "" if all(pd.isna(paper)) else " / ".join(f"{p:g}" for p in paper)
-        lines.append(f"| {probe} | " + " | ".join(cells) + f" | {ptxt} |")
-    (out_dir / "zorro_table.md").write_text("\n".join(lines) + "\n")
-    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.3 * len(table) * max(1, len(scorers)) ** 0.5))
-    h = 0.8 / max(1, len(scorers))
-    for k, s in enumerate(scorers):
-        y = np.arange(len(table)) + (k - (len(scorers) - 1) / 2) * h
-        ax.barh(y, table[s], height=h, xerr=table[f"{s} sd"].fillna(0), label=s, error_kw={"lw": 0.7})
-    ax.set_yticks(
-        np.arange(len(table)), [f"★ {p}" if p in PAPER_TABLE3 else p for p in table.index], fontsize=7
-    )
-    for tick, p in zip(ax.get_yticklabels(), table.index, strict=True):
-        if p in PAPER_TABLE3:
-            tick.set_fontweight("bold")
-    ax.invert_yaxis()
-    ax.axvline(50, color="grey", ls="--", lw=0.8)
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("Zorro accuracy (%), mean over seeds ± sd")
-    ax.set_title("Zorro by scorer (★ bold: the paper's table 3 probes)", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    return [
-        out_dir / "zorro_table.csv",
-        out_dir / "zorro_table.md",
-        *plots.save(fig, out_dir / "zorro_table"),
-    ]
+    def summarize(self, frames) -> dict:
+        res = frames["results"]
+        acc = res[res.metric == "accuracy"]
+        held = res[res.paradigm == "heldout"]
+        in_dist = {r.metric: float(r.value) for r in held.itertuples()}
+        in_dist.update(headline(acc) if len(acc) else {})
+        return {
+            "metric": "accuracy",
+            "headline": headline(acc) if len(acc) else {},
+            "in_distribution": in_dist,
+        }

@@ -38,6 +38,8 @@ class Blocks:
 MODELS.register("gpt2")(Blocks(attention=True, mlp=True))
 MODELS.register("attn_only")(Blocks(attention=True, mlp=False))
 MODELS.register("ff_only")(Blocks(attention=False, mlp=True))
+# the masked LM's encoder: gpt2's blocks; conf/model/encoder.yaml sets causal=false and post_ln=true
+MODELS.register("encoder")(Blocks(attention=True, mlp=True))
 
 
 class MLP(nn.Module):

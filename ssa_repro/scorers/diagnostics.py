@@ -1,14 +1,12 @@
 """Diagnostics for attention scorers: how peaked they are (saturation) and how much they cost.
 
     saturation(scorer, n_keys, gap)     weight on one key whose logit beats the other n_keys − 1 by gap
-    load_scorer(option)                 a scorer built from a YAML option in conf/scorer (presets included)
-    scorer_options()                    the YAML option names in conf/scorer, sorted
     step_cost(scorer, ...)              median seconds of forward + backward of scorer.attend
     sdpa_step_cost(...)                 the same for plain F.scaled_dot_product_attention (the baseline)
     step_costs({label: scorer | None})  several variants, timed interleaved (None = the SDPA baseline)
 
 Scorers with learnable parameters (SSA's b and n, SSMax's s, τ, α) are measured at their initial
-values. ``scripts/scorer_report.py`` writes these as tables and compares them with the independent
+values (``ssa_repro.config.load_scorer`` builds one from its YAML option). ``scripts/scorer_report.py`` writes these as tables and compares them with the independent
 numbers in the reference notes.
 """
 
@@ -16,19 +14,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
 
-import ssa_repro
-import ssa_repro.config  # noqa: F401  (stores the schemas the YAML options extend)
-from ssa_repro.scorers import build_scorer
 from ssa_repro.scorers.base import Scorer
-
-CONF_DIR = Path(ssa_repro.__file__).resolve().parents[1] / "conf"
 
 AttendFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -51,34 +42,6 @@ def saturation(scorer: Scorer, n_keys: int, gap: float, dtype: torch.dtype = tor
     except TypeError:
         return float("nan")
     return float(w[0, 0, 0, 0])
-
-
-# ----------------------------------------------------------------------------- building from YAML
-def scorer_options(conf_dir: Path = CONF_DIR) -> list[str]:
-    """The YAML option names in conf/scorer (file stems), sorted."""
-    return sorted(p.stem for p in (Path(conf_dir) / "scorer").glob("*.yaml"))
-
-
-def load_scorer(
-    option: str, n_head: int = 8, max_positions: int = 256, overrides: Sequence[str] = ()
-) -> Scorer:
-    """Build the scorer of YAML option ``option`` (``conf/scorer/<option>.yaml``) as training would.
-
-    The full training config is composed (so presets, interpolations such as CosFormer's
-    ``m: ${model.max_positions}`` and schema checks apply) with ``model.n_embd=256``; ``overrides``
-    adds more (e.g. ``["scorer.heads=[average]"]``). Uses Hydra's ``initialize_config_dir``, so it
-    cannot be called while another Hydra app holds Hydra's global state.
-    """
-    overrides = [
-        f"scorer={option}",
-        f"model.n_head={n_head}",
-        f"model.max_positions={max_positions}",
-        "model.n_embd=256",
-        *overrides,
-    ]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
-    return build_scorer(cfg.scorer, n_head)
 
 
 # ----------------------------------------------------------------------------- cost

@@ -19,7 +19,6 @@ window is read once per epoch and a new epoch is logged, never silent.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from enum import Enum
@@ -31,7 +30,7 @@ import torch.nn.functional as F
 from omegaconf import II
 
 from ssa_repro.core.enums import value_of
-from ssa_repro.tasks.base import Batch, Task
+from ssa_repro.tasks.base import Batch, Evaluation, Task
 from ssa_repro.tasks.registry import TASKS
 
 log = logging.getLogger("ssa_repro.lm")
@@ -61,6 +60,7 @@ class LMTaskConfig:
 @TASKS.register("lm", schema=LMTaskConfig)
 class LMTask(Task):
     metric = "nll"
+    evaluation = Evaluation(default="lm", quick=("lm", {}), supports=("lm",))
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -249,35 +249,11 @@ class LMTask(Task):
             )
         return out
 
-    # ------------------------------------------------------------------ end-of-run evaluation
-    def quick_evaluation(self, model, cfg, device, out_dir) -> dict:
-        """Perplexity on the held-out documents and WikiText-2 valid, each on its first
-        ``evaluation.n_batches × evaluation.batch_size`` windows (the full streams: ``eval=lm``)."""
-        from ssa_repro.evaluation.lm import perplexity_table
-
-        e = cfg.evaluation
-        splits = [s for s in ("heldout", "valid") if s != "heldout" or self.cfg.heldout_every]
-        frame = perplexity_table(
-            model,
-            self,
-            splits,
-            stride=None,
-            batch_size=8,
-            max_windows=e.n_batches * e.batch_size,
-            device=device,
-            base={"task": cfg.task.name, "scorer": cfg.scorer.label, "model": cfg.model.name},
-        )
-        out_dir = Path(out_dir)
-        frame.to_csv(out_dir / "perplexity.csv", index=False)
-        in_dist = {f"{r.split}_ppl": float(r.perplexity) for r in frame.itertuples()}
-        summary = {
-            "metric": "perplexity",
-            "in_distribution": in_dist,
-            "figures": [],
-            "note": "first evaluation.n_batches*batch_size windows per split; eval=lm scores whole files",
-        }
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        return summary
+    def quick_evaluation(self) -> tuple[str, dict]:
+        """The end-of-run evaluation: perplexity on the first 256 windows of the held-out documents
+        (when any are held out) and of WikiText-2 valid; no LM-eval tasks (``eval=lm`` scores all)."""
+        splits = ["heldout", "valid"] if self.cfg.heldout_every else ["valid"]
+        return "lm", {"splits": splits, "max_windows": 256, "ppl_batch_size": 8, "tasks": []}
 
 
 @dataclass

@@ -31,7 +31,6 @@ the masked-LM loss on them and a 100-pair-per-paradigm Zorro subset.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass
@@ -43,17 +42,14 @@ import torch.nn.functional as F
 
 from ssa_repro.data import childes
 from ssa_repro.data.paths import DataFileError, data_file, resolve_root
-from ssa_repro.models.transformer import MODELS, Blocks, Transformer
-from ssa_repro.tasks.base import Task
+from ssa_repro.models.transformer import Transformer
+from ssa_repro.tasks.base import Evaluation, Task
 from ssa_repro.tasks.registry import TASKS
 
 log = logging.getLogger("ssa_repro.mlm")
 
 AO_CHILDES_KNOWN_AGE_LINES = 162_130  # ../shared/data/README.md: lines with a known child age
 
-# model=encoder: attention + MLP blocks like gpt2; conf/model/encoder.yaml sets causal=false and post_ln
-if "encoder" not in MODELS.names():
-    MODELS.register("encoder")(Blocks(attention=True, mlp=True))
 
 
 @dataclass
@@ -150,6 +146,7 @@ def _seed_of(*parts: int) -> int:
 @TASKS.register("mlm", schema=MLMTaskConfig)
 class MLMTask(Task):
     metric = "mlm_loss"
+    evaluation = Evaluation(default="zorro", quick=("zorro", {}), supports=("zorro",))
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -347,33 +344,7 @@ class MLMTask(Task):
             "heldout_masked_tokens": int(count),
         }
 
-    def quick_evaluation(self, model, cfg, device, out_dir: Path) -> dict:
-        """Held-out masked-LM loss and a Zorro subset (``task.quick_zorro_pairs`` pairs per paradigm)."""
-        import pandas as pd
-
-        from ssa_repro.evaluation import zorro
-
-        out_dir = Path(out_dir)
-        base = {"task": cfg.task.name, "scorer": cfg.scorer.label, "model": cfg.model.name, "seed": cfg.seed}
-        in_dist = self.heldout_loss(model, device, self.cfg.quick_heldout)
-        pd.DataFrame([{**base, **in_dist}]).to_csv(out_dir / "heldout.csv", index=False)
-        figures = []
-        if self.cfg.quick_zorro_pairs:
-            results, _ = zorro.evaluate_zorro(
-                model,
-                self.tokenizer,
-                self.zorro_dir(),
-                device,
-                n_pairs=self.cfg.quick_zorro_pairs,
-                lowercase=self.cfg.lowercase_zorro,
-                base=base,
-            )
-            results.to_csv(out_dir / "zorro.csv", index=False)
-            in_dist.update(zorro.headline(results))
-            title = (
-                f"mlm · {cfg.scorer.label} · {cfg.model.name}: Zorro, {self.cfg.quick_zorro_pairs} pairs each"
-            )
-            figures = [p.name for p in zorro.plot_accuracy(results, title, out_dir / "zorro")]
-        summary = {**base, "metric": "mlm_loss", "in_distribution": in_dist, "figures": figures}
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
-        return summary
+    def quick_evaluation(self) -> tuple[str, dict]:
+        """The end-of-run evaluation: masked-LM loss on ``task.quick_heldout`` held-out utterances and a
+        Zorro subset of ``task.quick_zorro_pairs`` pairs per paradigm (0: none)."""
+        return "zorro", {"n_pairs": self.cfg.quick_zorro_pairs, "heldout": self.cfg.quick_heldout}

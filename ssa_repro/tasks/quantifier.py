@@ -24,6 +24,9 @@ signs change, so magnitudes keep their distribution (which must therefore be sym
 K ~ Uniform{0..n} for ``supervise=all``, so on average half of all labels are true; for
 ``supervise=last``, K = n with probability 1/2 and Uniform{0..n-1} otherwise, so the last label is
 true half the time.
+
+Evaluation (the paper's figure 4): sequence error (any wrong sign from index ``skip_first`` on) and
+token error on a σ × length grid, x ~ N(0, σ).
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from enum import Enum
 import torch
 
 from ssa_repro.core import distributions as D
-from ssa_repro.core.distributions import DistConfig
+from ssa_repro.core.distributions import DistConfig, normal
 from ssa_repro.core.enums import value_of
-from ssa_repro.tasks.base import Batch, Task, interleave
+from ssa_repro.tasks.base import Batch, Evaluation, Grid, Metric, Prompts, Task, interleave
 from ssa_repro.tasks.registry import TASKS
 
 
@@ -54,9 +57,33 @@ class QuantifierTaskConfig:
     balance: bool | None = None  # null: on exactly when labels are out of context
 
 
+QUANTIFIER_EVALUATION = Evaluation(
+    default="grid",
+    quick=("grid", {"preset": "quick"}),
+    grid=Grid(
+        axes=("sigma_x",),
+        rows="sigma_x",
+        cols="length",
+        # the paper's protocol: 100 samples of 64 prompts per cell
+        paper={
+            "sigmas": [float(s) for s in range(1, 30)],
+            "lengths": list(range(10, 201, 10)),
+            "n_samples": 100,
+            "batch_size": 64,
+        },
+        quick={"sigmas": [1.0, 2.0, 4.0, 8.0], "lengths": [10, 20, 40, 80], "n_samples": 10, "batch_size": 64},
+        metrics=(Metric("sequence_error"), Metric("token_error")),
+        headline="sequence_error",
+        by_position="token_error",
+    ),
+    supports=("grid", "deviant", "attention"),
+)
+
+
 class Quantifier(Task):
     metric = "sign_error"
-    uses_eval_lengths = True
+    classification = True
+    evaluation = QUANTIFIER_EVALUATION
     every: bool  # True: cumulative AND; False: cumulative OR
 
     @property
@@ -70,6 +97,9 @@ class Quantifier(Task):
 
     def n_tokens(self, n_points: int) -> int:
         return 2 * n_points if self.cfg.labels_in_context else n_points
+
+    def stride(self) -> int:
+        return 2 if self.cfg.labels_in_context else 1
 
     def labels(self, xs: torch.Tensor) -> torch.Tensor:
         """[B, n] numbers -> [B, n] labels in {-1, +1}."""
@@ -93,25 +123,43 @@ class Quantifier(Task):
         xs = torch.where(lead, run_sign * mag, xs)
         return torch.where(flip, -run_sign * mag, xs)
 
-    def sample(self, batch_size, n_points, generator, device, x_dist=None, balance=None) -> Batch:
-        xs = D.sample(x_dist or self.cfg.x_dist, (batch_size, n_points), generator, device)
+    def draw(self, batch_size, n_points, generator, device, shift=None, balance=None) -> Prompts:
+        """xs [B, n] from ``x_dist`` (N(0, σ) when ``shift`` has ``sigma_x``), balanced if the task is
+        (``balance`` overrides)."""
+        shift = shift or {}
+        x_dist = normal(shift["sigma_x"]) if "sigma_x" in shift else self.cfg.x_dist
+        xs = D.sample(x_dist, (batch_size, n_points), generator, device)
         if self.balanced if balance is None else balance:
             xs = self._balance(xs, generator)
-        ys = self.labels(xs)
-        if self.cfg.labels_in_context:
-            tokens, stride = interleave(xs, ys), 2
-        else:
-            tokens, stride = xs.unsqueeze(-1), 1
-        pred_idx = torch.arange(0, stride * n_points, stride, device=device)
+        return Prompts(xs)
+
+    def label(self, prompts: Prompts) -> torch.Tensor:
+        return self.labels(prompts.xs)
+
+    def encode(self, prompts: Prompts, ys: torch.Tensor) -> Batch:
+        xs = prompts.xs
+        tokens = interleave(xs, ys) if self.cfg.labels_in_context else xs.unsqueeze(-1)
+        pred_idx = self.example_tokens(xs.shape[1], xs.device)
+        targets = ys
         if self.supervise_last:
-            pred_idx, ys = pred_idx[-1:], ys[:, -1:]
-        return Batch(tokens=tokens, targets=ys, pred_idx=pred_idx, xs=xs)
+            pred_idx, targets = pred_idx[-1:], ys[:, -1:]
+        return Batch(tokens, targets, pred_idx, xs, ys, dict(prompts.params))
+
+    def train_sigmas(self) -> dict[str, float]:
+        return {"sigma_x": float(self.cfg.x_dist.std)}
 
     def loss(self, pred, targets):
         return torch.nn.functional.binary_cross_entropy_with_logits(pred, (targets > 0).to(pred.dtype))
 
     def error(self, pred, targets):
         return ((pred > 0) != (targets > 0)).float()
+
+    def prompt_metrics(self, pred, batch, skip_first):
+        """``sequence_error``: any wrong sign from prediction ``skip_first`` on (the paper's metric; with
+        ``supervise=last`` the one prediction counts); ``token_error``: the share of wrong signs there."""
+        err = self.error(pred, batch.targets)  # [B, P]
+        tail = err[:, skip_first:] if err.shape[1] > skip_first else err[:, -1:]
+        return {"sequence_error": tail.amax(1), "token_error": tail.mean(1)}
 
 
 @TASKS.register("every", schema=QuantifierTaskConfig)

@@ -72,6 +72,11 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def rank() -> int:
+    """This process's rank under torchrun (0 in a single process): only rank 0 writes."""
+    return int(os.environ.get("RANK", "0")) if world_size() > 1 else 0
+
+
 def setup(device_type: str) -> Dist:
     """Join the process group torchrun describes (nothing to do in a single process)."""
     if dist.is_available() and dist.is_initialized():  # started by the caller (tests, notebooks)

@@ -8,8 +8,8 @@ and notebooks call it directly. Everything it writes goes under ``run_dir``:
     train.log            progress lines (steps/s, ETA)
     metrics.jsonl        one row per log interval: step, loss, n_points, lr, throughput, scorer params
     checkpoints/last.pt  model, optimizer, step, RNG states (+ step_XXXXXXX.pt every train.keep_every)
-    eval/quick/          the end-of-run evaluation (ssa_repro/evaluation/quick.py)
-    summary.json         final loss, parameter count, wall time, evaluation summary
+    summary.json         final loss, parameter count, wall time (the end-of-run evaluation, which the
+                         entry point runs after training, adds its headline numbers)
     wandb/               the W&B run (offline by default)
 
 Resuming (``train.resume=true``, the default, and a checkpoint in ``run_dir``) restores model,
@@ -34,17 +34,14 @@ import os
 import time
 from pathlib import Path
 
-import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ssa_repro import curriculum, validate
 from ssa_repro.core import provenance
 from ssa_repro.core.enums import value_of
-from ssa_repro.evaluation.quick import evaluate_quick
 from ssa_repro.models import build_model, count_parameters
 from ssa_repro.tasks import build_task
-from ssa_repro.training import checkpoint, distributed
+from ssa_repro.training import checkpoint, curriculum, distributed, validate
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
 from ssa_repro.wandb_logger import WandbLogger
 
@@ -184,12 +181,13 @@ def preflight(cfg: DictConfig, run_dir: str | Path) -> dict | None:
 
 
 def _without_logger(config: dict) -> dict:
-    return {k: v for k, v in config.items() if k != "logger"}
+    return {k: v for k, v in config.items() if k not in ("logger", "evaluation")}
 
 
 def finished_summary(cfg: DictConfig, run_dir: str | Path, state: dict | None) -> dict | None:
-    """The summary of the run in ``run_dir`` if it already finished this config's training (and
-    evaluation), else None. Only W&B settings may differ; more steps, or another evaluation, is work."""
+    """The summary of the run in ``run_dir`` if it already finished this config's training, else None.
+    Only W&B and evaluation settings may differ (evaluations are stored per protocol and reuse what
+    is there); more steps is work."""
     run_dir = Path(run_dir)
     summary_path, config_path = run_dir / "summary.json", run_dir / "config.yaml"
     if state is None or not cfg.train.resume or not summary_path.exists() or not config_path.exists():
@@ -213,7 +211,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
     if done is not None:
         if distributed.world_size() <= 1 or int(os.environ.get("RANK", "0")) == 0:
             log.info(
-                "%s: skipped (finished): %s holds %d steps and its evaluation",
+                "%s: skipped (finished): %s holds %d steps",
                 done.get("name"),
                 run_dir,
                 done["steps"],
@@ -425,17 +423,6 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
         rows = read_metrics(metrics_path)
         if rows:
             summary["final_loss"] = rows[-1]["loss"]
-        if cfg.evaluation.enabled:
-            t_eval = time.perf_counter()
-            out = run_dir / "eval" / "quick"
-            summary["eval"] = evaluate_quick(model, task, cfg, device, out)
-            summary["eval_seconds"] = time.perf_counter() - t_eval
-            for f in summary["eval"].get("figures", []):
-                if f.endswith(".png"):
-                    wb.log_image(f"eval/{Path(f).stem}", out / f)
-            for table in sorted(out.glob("*.csv")):
-                wb.log_table(f"eval/{table.stem}", pd.read_csv(table))
-            log.info("evaluation: %s", json.dumps(summary["eval"].get("in_distribution")))
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         dd.barrier()
         exit_code = 0

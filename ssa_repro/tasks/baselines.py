@@ -1,4 +1,4 @@
-"""Reference predictors for the linear task, computed on exactly the prompts the model sees.
+"""Reference predictors for regression tasks (linear), computed on exactly the prompts the model sees.
 
 Each maps xs, ys [B, n] to predictions [B, n], where prediction i uses only examples j < i (as the
 model does). Position 0 has no example and predicts 0.

@@ -40,7 +40,8 @@ class LoadedRun:
 
     @property
     def title(self) -> str:
-        return f"{self.cfg.task.name} · {self.labels['scorer']} · {self.cfg.model.name} · step {self.step}"
+        """task · scorer · model · seed (figure titles add the step of the cells they show)."""
+        return f"{self.cfg.task.name} · {self.labels['scorer']} · {self.cfg.model.name} · seed {self.cfg.seed}"
 
 
 def problems(run_dir: str | Path) -> list[str]:
@@ -51,12 +52,27 @@ def problems(run_dir: str | Path) -> list[str]:
     return [f"run_dir={run_dir} has no {p} (not a finished or started training run folder)" for p in missing]
 
 
+def read_config(run_dir: str | Path) -> DictConfig:
+    """The run's ``config.yaml``, or a RunFolderError naming the file when it cannot be read."""
+    path = Path(run_dir) / "config.yaml"
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as e:  # noqa: BLE001  (yaml and OmegaConf raise many kinds)
+        raise RunFolderError(
+            f"{path} is not a readable config ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+            "restore it from .hydra/config.yaml in the same folder, or evaluate another run"
+        ) from None
+    if not isinstance(cfg, DictConfig) or "task" not in cfg or "name" not in cfg.task:
+        raise RunFolderError(f"{path} has no task.name: not a training run's config")
+    return cfg
+
+
 def load_run(run_dir: str | Path, device: torch.device) -> LoadedRun:
     found = problems(run_dir)
     if found:
         raise RunFolderError("; ".join(found))
     run_dir = Path(run_dir)
-    cfg = OmegaConf.load(run_dir / "config.yaml")
+    cfg = read_config(run_dir)
     state = checkpoint.load(run_dir / "checkpoints" / "last.pt")
     bad = config_mismatches(state["config"], OmegaConf.to_container(cfg))
     if bad:

@@ -107,29 +107,6 @@ def problems(cfg: DictConfig) -> list[str]:
             f"model.max_positions={m.max_positions}; raise model.max_positions or lower curriculum.end"
         )
 
-    e = cfg.evaluation
-    if not e.sigmas or any(not sig > 0 for sig in e.sigmas):
-        out.append(f"evaluation.sigmas={list(e.sigmas)} must be a non-empty list of values > 0")
-    if e.n_batches < 1 or e.batch_size < 1:
-        out.append(
-            f"evaluation.n_batches={e.n_batches} and evaluation.batch_size={e.batch_size} must be >= 1"
-        )
-    if e.skip_first < 0:
-        out.append(f"evaluation.skip_first={e.skip_first} must be >= 0")
-    elif not task.uses_eval_lengths and e.skip_first >= c.end:
-        out.append(
-            f"evaluation.skip_first={e.skip_first} must be < curriculum.end={c.end} (the prompts evaluated)"
-        )
-    if task.uses_eval_lengths:
-        if not e.lengths or any(n < 1 for n in e.lengths):
-            out.append(f"evaluation.lengths={list(e.lengths)} must be a non-empty list of values >= 1")
-        for length in e.lengths:
-            if task.n_tokens(length) > m.max_positions:
-                out.append(
-                    f"evaluation.lengths contains {length} ({task.n_tokens(length)} tokens), more than "
-                    f"model.max_positions={m.max_positions}"
-                )
-
     out += task.check(cfg)
 
     dev = getattr(cfg.device, "value", cfg.device)

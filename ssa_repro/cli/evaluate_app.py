@@ -1,0 +1,70 @@
+"""``python evaluate.py run_dir=R [eval=<name>] [eval.key=value ...]``: one evaluation of one run.
+
+Checks first (:class:`CheckRunFirst`, before Hydra creates its log folder inside the run): the run
+folder, unknown keys and the evaluation against the run's config; in a multirun every job before the
+first one starts. Then the evaluation (``evaluation.runner.evaluate``): stored cells are reused, the
+missing ones computed and stored, figures and summary redrawn from every stored cell. Job logs go to
+``<run_dir>/eval/logs/`` (one run) or the sweep folder ``ssa_repro/cli/sweeps.py`` names (several).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.core.global_hydra import GlobalHydra
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from ssa_repro.cli import sweeps
+from ssa_repro.cli.keys import unknown_keys
+from ssa_repro.evaluation import runner
+from ssa_repro.evaluation.loading import RunFolderError, load_run, read_config
+from ssa_repro.evaluation.loading import problems as folder_problems
+from ssa_repro.training.checkpoint import CheckpointError
+from ssa_repro.training.trainer import resolve_device
+
+
+def problems(cfg: DictConfig) -> list[str]:
+    """Everything knowable before loading the model: the folder, keys, the evaluation for this run."""
+    found = folder_problems(cfg.run_dir)
+    if found:
+        return found
+    try:
+        run_cfg = read_config(cfg.run_dir)
+    except RunFolderError as e:
+        return [str(e)]
+    return unknown_keys(cfg) + runner.check(run_cfg, cfg.eval)
+
+
+def _fail(found: list[str], run_dir) -> SystemExit:
+    return SystemExit("Error: " + "\n  - ".join([f"cannot evaluate {run_dir}:", *found]))
+
+
+class CheckRunFirst(Callback):
+    """Check before Hydra creates anything (a typo in run_dir must not create folders)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        found = problems(config)
+        if found:
+            raise _fail(found, config.run_dir)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if "basic" not in str(config.hydra.sweeper.get("_target_", "")).lower():
+            return
+        loader = GlobalHydra.instance().config_loader()
+        for overrides in sweeps.sweep_jobs(config, loader):
+            job = loader.load_sweep_config(config, overrides)
+            found = problems(job)
+            if found:
+                raise SystemExit(f"Error in sweep job {' '.join(overrides)}:\n  - " + "\n  - ".join(found))
+
+
+def main(cfg: DictConfig) -> dict:
+    found = problems(cfg)
+    if found:
+        raise _fail(found, cfg.run_dir)
+    try:
+        run = load_run(cfg.run_dir, resolve_device(cfg.device))
+        return runner.evaluate(run, cfg.eval)
+    except (RunFolderError, CheckpointError, runner.EvaluationError) as e:
+        raise SystemExit(f"Error: {e}") from None

@@ -1,0 +1,204 @@
+"""``python train.py``: one training job = train, then the end-of-run evaluations, in the run folder.
+
+Checks first (:class:`ValidateFirst`, a Hydra callback that runs before Hydra creates or writes the
+run folder): keys the schemas do not know, every config value, the end-of-run evaluations against the
+config, and whether the folder holds a run this config may continue. In a multirun every job is
+checked before the first one starts, the job list is written to ``<sweep dir>/jobs.yaml`` and jobs that
+would share a folder are refused (``ssa_repro/cli/sweeps.py``).
+
+The job (:func:`main`): ``training.trainer.train`` (which resumes, or skips a finished run), then
+``evaluation.quick`` with the ``evaluation`` keys and each evaluation of ``evaluation.also``, stored
+like ``python evaluate.py``'s (``<run_dir>/eval/<evaluation>/<protocol>/``); their headline numbers go
+into ``summary.json``. In a multirun a job that fails is recorded in ``<job>/failed.txt`` and the
+other jobs go on (Hydra reports the failure and exits non-zero at the end); each job is its own W&B
+run, grouped by the sweep folder's name and tagged with the job's overrides.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobStatus
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from ssa_repro.cli import sweeps
+from ssa_repro.cli.keys import unknown_keys
+from ssa_repro.core.atomic import write_json
+from ssa_repro.evaluation import EVALUATORS, runner
+from ssa_repro.evaluation.loading import load_run
+from ssa_repro.evaluation.runner import QuickConfig
+from ssa_repro.training import distributed, validate
+from ssa_repro.training.checkpoint import CheckpointError
+from ssa_repro.training.trainer import TrainingDiverged, preflight, resolve_device, train
+from ssa_repro.training.validate import ConfigError
+
+log = logging.getLogger("ssa_repro.train")
+FAILURES = (ConfigError, CheckpointError, runner.EvaluationError)
+TAG_LEN = 64  # W&B's limit for one tag
+
+
+class JobFailed(RuntimeError):
+    """A multirun job that stopped with an error (the other jobs go on)."""
+
+
+def end_of_run_evals(cfg: DictConfig) -> list[DictConfig]:
+    """The evaluation configs the job runs after training: quick (with the ``evaluation`` keys), then
+    each of ``evaluation.also`` with its schema's defaults."""
+    e = cfg.evaluation
+    if not e.enabled:
+        return []
+    quick_keys = [k for k in QuickConfig.__dataclass_fields__ if k != "name"]
+    out = [OmegaConf.merge(OmegaConf.structured(QuickConfig), {k: e[k] for k in quick_keys})]
+    for name in e.also:
+        if name in EVALUATORS.schemas:
+            out.append(OmegaConf.structured(EVALUATORS.schemas[name]))
+    return out
+
+
+def problems(cfg: DictConfig) -> list[str]:
+    """Everything wrong with a training config, before any work: unknown keys, values, evaluations."""
+    found = unknown_keys(cfg) + validate.problems(cfg)
+    if found:
+        return found
+    bad = [n for n in cfg.evaluation.also if n not in EVALUATORS.schemas or n == "quick"]
+    if bad:
+        allowed = [n for n in EVALUATORS.names() if n != "quick"]
+        found.append(f"evaluation.also has {bad}; allowed: {', '.join(allowed)}")
+    for e in end_of_run_evals(cfg):
+        for p in runner.check(cfg, e):
+            found.append(p.replace("eval.", "evaluation.") if e.name == "quick" else p)
+    return found
+
+
+def check(cfg: DictConfig, run_dir: str | Path) -> dict | None:
+    """:func:`problems` as a ConfigError, then the run folder's state (``trainer.preflight``)."""
+    found = problems(cfg)
+    if found:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(found))
+    return preflight(cfg, run_dir)
+
+
+class ValidateFirst(Callback):
+    """Check the config, and that the run folder (if it exists) holds a run this config may continue,
+    before Hydra creates the folder or rewrites its ``.hydra/``: a bad value never touches a run. In a
+    multirun every job's config is checked before the first job starts."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if distributed.world_size() > 1 and not any(
+            str(o).startswith("hydra.run.dir=") for o in config.hydra.overrides.hydra
+        ):
+            raise SystemExit(
+                f"Error: {distributed.world_size()} processes (torchrun) need one run folder fixed before "
+                "they start: add hydra.run.dir=<folder>, or start with `python -m ssa_repro.launch --nproc "
+                "N ...`, which does (Hydra resolves ${now:...} in each process separately)"
+            )
+        try:
+            check(config, Path(str(config.hydra.run.dir)))
+        except FAILURES as e:
+            raise SystemExit(f"Error: {e}") from None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if distributed.world_size() > 1:
+            raise SystemExit(
+                "Error: a multirun cannot run under torchrun; start each data-parallel run on its own "
+                "(python -m ssa_repro.launch --nproc N ...) or sweep with single-process jobs"
+            )
+        if "basic" not in str(config.hydra.sweeper.get("_target_", "")).lower():
+            return  # other sweepers choose jobs as they go; each job is still checked when it starts
+        loader = GlobalHydra.instance().config_loader()
+        jobs = sweeps.sweep_jobs(config, loader)
+        values: dict[str, set[str]] = {}
+        for overrides in jobs:
+            for o in overrides:
+                key, _, value = o.lstrip("+~").partition("=")
+                values.setdefault(key, set()).add(value)
+        varying = sorted(k for k, v in values.items() if len(v) > 1 or len(jobs) == 1)
+        os.environ[sweeps.SWEEP_KEYS_ENV] = ",".join(k for k in varying if k != "seed")  # first in names
+        folders: dict[str, list[str]] = {}
+        for overrides in jobs:
+            job = loader.load_sweep_config(config, overrides)
+            found = problems(job)
+            if found:
+                raise SystemExit(f"Error in sweep job {' '.join(overrides)}:\n  - " + "\n  - ".join(found))
+            folders.setdefault(str(job.hydra.sweep.subdir), []).append(" ".join(overrides))
+        shared = {d: js for d, js in folders.items() if len(js) > 1}
+        if shared:
+            raise SystemExit(
+                "Error: sweep jobs would share a folder (their differing keys are excluded from "
+                "hydra.job.config.override_dirname.exclude_keys):\n  - "
+                + "\n  - ".join(f"{d}: {' | '.join(js)}" for d, js in shared.items())
+            )
+        sweeps.write_jobs(config.hydra.sweep.dir, jobs)
+        log.info("sweep: %d jobs into %s", len(jobs), config.hydra.sweep.dir)
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if getattr(job_return, "status", None) == JobStatus.FAILED and config.hydra.mode == RunMode.MULTIRUN:
+            log.error(
+                "job %s failed: %s (the other jobs go on)",
+                config.hydra.runtime.output_dir,
+                str(job_return._return_value).splitlines()[0] if job_return._return_value else "",
+            )
+
+
+def evaluate_after_training(cfg: DictConfig, run_dir: Path, summary: dict) -> dict:
+    """The end-of-run evaluations on the trained run (loaded from its folder, as ``evaluate.py``
+    would); their headline numbers are added to ``summary`` and ``summary.json``."""
+    evals = end_of_run_evals(cfg)
+    if not evals:
+        return summary
+    run = load_run(run_dir, resolve_device(cfg.device))
+    results = {}
+    for e in evals:
+        result = runner.evaluate(run, e)
+        results[e.name] = {k: result.get(k) for k in ("evaluation", "protocol_id", "dir", "figures")}
+        results[e.name].update({k: result[k] for k in ("metric", "in_distribution", "mean", "worst") if k in result})
+        log.info("evaluation %s: %s", e.name, json.dumps(result.get("in_distribution")))
+    updated = {**summary, "evaluations": results}
+    if updated != summary:  # a finished, evaluated run that is re-run is left untouched
+        write_json(run_dir / "summary.json", updated)
+    return updated
+
+
+def run_job(cfg: DictConfig, run_dir: Path) -> dict:
+    summary = train(cfg, run_dir)
+    if distributed.rank() != 0:
+        return summary
+    return evaluate_after_training(cfg, run_dir, summary)
+
+
+def main(cfg: DictConfig) -> dict:
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    if hc.mode != RunMode.MULTIRUN:
+        try:
+            return run_job(cfg, run_dir)
+        except (*FAILURES, TrainingDiverged) as e:
+            log.error("%s", e)
+            raise SystemExit(f"Error: {e}") from None
+
+    with open_dict(cfg):
+        if cfg.logger.group is None:  # one W&B group per sweep
+            cfg.logger.group = Path(hc.sweep.dir).name
+        tags = [str(o)[:TAG_LEN] for o in hc.overrides.task if not str(o).startswith("logger.")]
+        cfg.logger.tags = list(dict.fromkeys([*cfg.logger.tags, *tags]))
+    failed = run_dir / "failed.txt"
+    try:
+        summary = run_job(cfg, run_dir)
+    except Exception as e:
+        # a normal exception (not SystemExit): Hydra records it and the sweep goes on with the next job
+        if run_dir.is_dir():
+            failed.write_text(f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}")
+        if isinstance(e, (*FAILURES, TrainingDiverged)):
+            raise JobFailed(f"{run_dir}: {e}") from None
+        raise
+    failed.unlink(missing_ok=True)
+    return summary

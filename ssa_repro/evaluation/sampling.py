@@ -1,0 +1,24 @@
+"""Reproducible prompts per cell: every model, on any device, in any grid holding the cell, is scored
+on exactly the same prompts."""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+
+def cell_generator(seed: int, *cell) -> torch.Generator:
+    """A CPU generator seeded from the evaluation seed and the cell's values (not its position in a
+    list), so a cell gets the same prompts on any device, for any model and in any grid holding it."""
+    g = torch.Generator()
+    g.manual_seed(zlib.crc32(repr((int(seed), *map(float, cell))).encode()))
+    return g
+
+
+def sample_batches(task, g, n_batches, batch_size, length, device, shift=None):
+    """Prompts drawn on the CPU (reproducible across devices), then moved to the model's device."""
+    for _ in range(n_batches):
+        yield task.sample(batch_size, length, g, "cpu", shift).to(device)
+
+

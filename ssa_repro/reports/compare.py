@@ -1,0 +1,533 @@
+"""Compare the stored evaluation results of several runs, or of a sweep (``python scripts/compare.py``).
+
+Inputs: run folders, or one sweep folder (its job folders and ``jobs.yaml``). Everything is read from
+the runs' stored results (``eval/<evaluation>/<protocol>/``); nothing is written into a run folder.
+
+- **Groups.** A run list gives one panel per run, labelled by what tells the runs apart (scorer, then
+  model, seed, step, folder name, as needed; ``--group-by`` averages runs sharing config keys as
+  seeds). A sweep is grouped by the keys overridden in its jobs except ``seed``; the seeds of a group
+  are aggregated cell by cell (``reports/aggregate.py``). Jobs without results (failed, not finished,
+  not evaluated with the chosen protocol, not started) are listed with the reason and left out.
+- **Protocol.** The runs are compared on one stored protocol (``reports/results.py:choose``); the
+  layout and metric come from the task's declaration (its grid's rows, columns and headline metric,
+  log scale for positive metrics) or the deviant grid (M × k).
+- **Shared cells.** Where the runs' grids differ (other σ's or lengths), the comparison uses the cells
+  every compared run has and lists the ones it left out.
+- **Outputs** (``write``; ``<sweep>/compare`` for a sweep, ``<common parent>/compare/<time>`` for
+  runs): ``heatmaps.png/.pdf``, ``difference.png/.pdf``, ``summary.csv``, ``summary.md`` (the table,
+  definitions, seed intervals, what was left out), ``cells.csv`` (per group and cell: mean, seed
+  interval, std, count), ``runs.csv`` (per run and cell), ``difference.csv``, ``compare.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from ssa_repro.core.atomic import write_json, write_text
+from ssa_repro.core.plotting import plt
+from ssa_repro.evaluation.deviant import RATE_METRICS
+from ssa_repro.evaluation.grid import AXIS_LABELS
+from ssa_repro.reports import figures, lm_table, tables, zorro_table
+from ssa_repro.reports.aggregate import over_seeds
+from ssa_repro.reports.difference import difference, difference_mode, resolve_baseline
+from ssa_repro.reports.results import choose, read
+from ssa_repro.reports.runs import ReportError, Run, expected_jobs, find, job_dirs, override_key, run_inside
+from ssa_repro.tasks import TASKS
+
+SHORT = {"sigma_x": "σ", "sigma_f": "σ_F", "length": "n", "M": "M", "k": "k"}
+SEED_KEYS = {"seed"}
+CompareError = ReportError  # the name the scripts and notebooks know
+
+
+@dataclass
+class Group:
+    """One panel: a run, or the seeds of one sweep setting."""
+
+    label: str
+    runs: list[Run]
+    steps: list = field(default_factory=list)
+
+    @property
+    def seeds(self) -> list:
+        return [r.seed for r in self.runs]
+
+    @property
+    def scorers(self) -> list[str]:
+        return sorted({r.scorer for r in self.runs})
+
+    def describe(self) -> str:
+        r = self.runs[0]
+        steps = sorted({s for s in self.steps if s is not None})
+        step = "step " + ("/".join(str(s) for s in steps) if steps else "?")
+        models = "/".join(sorted({x.model for x in self.runs}))
+        line = f"{r.task} · {'/'.join(self.scorers)} · {models} · {step}"
+        if len(self.runs) == 1:
+            return f"{line} · seed {r.seed}"
+        return f"{line}\nseeds {', '.join(str(s) for s in self.seeds)} (n={len(self.runs)}, mean)"
+
+
+@dataclass
+class Comparison:
+    """Everything the figures and tables are made from (``collect`` builds it)."""
+
+    task: str
+    eval: str
+    protocol: str
+    metric: str
+    kind: str  # rate | positive: intervals, colour scale, difference mode
+    rows: str
+    cols: str
+    groups: list[Group]
+    per_run: pd.DataFrame  # label, run, seed, step, <rows>, <cols>, value
+    cells: pd.DataFrame  # label, <rows>, <cols>, mean, ci_low, ci_high, std, count
+    in_dist_at: dict = field(default_factory=dict)  # axis -> the training σ (or the nearest in the grid)
+    missing: list[tuple[str, str]] = field(default_factory=list)  # (folder, why) left out
+    left_out: list[str] = field(default_factory=list)  # cells not shared by every run
+    sweep: Path | None = None
+    common_overrides: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    fixed: dict = field(default_factory=dict)  # coordinates with one value (e.g. length for linear)
+
+    @property
+    def labels(self) -> list[str]:
+        return [g.label for g in self.groups]
+
+    @property
+    def log(self) -> bool:
+        return self.kind == "positive"
+
+    def axis_label(self, axis: str) -> str:
+        return AXIS_LABELS.get(axis, axis)
+
+    def short(self, axis: str) -> str:
+        return SHORT.get(axis, axis)
+
+    def what(self) -> str:
+        fixed = ", ".join(f"{self.short(k)}={v:g}" for k, v in self.fixed.items())
+        where = f"eval/{self.eval}/{self.protocol}" + (f", {fixed}" if fixed else "")
+        return f"{self.task}: {self.metric.replace('_', ' ')} of the model ({where})"
+
+    def grid(self, label: str, stat: str = "mean") -> pd.DataFrame:
+        """A group's grid (``stat``: mean, std, count, ci_low, ci_high), largest row value on top."""
+        frame = self.cells[self.cells.label == label]
+        table = frame.pivot(index=self.rows, columns=self.cols, values=stat)
+        return table.sort_index(ascending=False).sort_index(axis=1)
+
+    def group(self, label: str) -> Group:
+        return next(g for g in self.groups if g.label == label)
+
+
+# ------------------------------------------------------------------------------------------ layout
+def layout(task: str, name: str) -> tuple[str, str, str, str]:
+    """(rows, cols, metric, kind) of a comparable evaluation, from the task's declaration."""
+    decl = TASKS.get(task).evaluation if task in TASKS else None
+    if name == "grid" and decl is not None and decl.grid is not None:
+        spec = decl.grid
+        kind = next(m.kind for m in spec.metrics if m.name == spec.headline)
+        return spec.rows, spec.cols, spec.headline, kind
+    if name == "deviant":
+        classification = TASKS.get(task).classification
+        metric = "sequence_error" if classification else "mse"
+        return "M", "k", metric, "rate" if metric in RATE_METRICS else "positive"
+    raise ReportError(
+        f"compare.py draws grid and deviant evaluations; {name} results of task {task} have their own "
+        "tables (lm: scripts/lm_table.py, zorro: scripts/zorro_table.py)"
+    )
+
+
+def _labels_for_runs(runs: list[Run], steps: list) -> list[str]:
+    """The shortest labels that tell the runs apart: scorer, then model, seed, step, folder name."""
+    fields = [
+        lambda r, s: r.scorer,
+        lambda r, s: r.model,
+        lambda r, s: f"s{r.seed}",
+        lambda r, s: f"step {s}",
+        lambda r, s: r.path.name,
+        lambda r, s: str(r.path),
+    ]
+    chosen = [0]
+    labels = []
+    for i in range(1, len(fields) + 1):
+        labels = [" · ".join(fields[j](r, s) for j in chosen) for r, s in zip(runs, steps)]
+        if len(set(labels)) == len(labels) or i == len(fields):
+            return labels
+        if len({fields[i](r, s) for r, s in zip(runs, steps)}) > 1:
+            chosen.append(i)
+    return labels
+
+
+def _in_dist_at(task: str, cfg: dict, values: dict[str, list[float]]) -> dict:
+    """The grid value of each σ axis nearest the training distribution's (from the run's config)."""
+    task_obj = TASKS.get(task)(_Dot(cfg.get("task", {})))
+    out = {}
+    for axis, target in task_obj.train_sigmas().items():
+        if axis in values and values[axis]:
+            out[axis] = min(values[axis], key=lambda v: abs(v - target))
+    return out
+
+
+class _Dot(dict):
+    """Attribute access over a config dict (to ask a task for its training σ's from config.yaml)."""
+
+    def __getattr__(self, key):
+        v = self[key]
+        return _Dot(v) if isinstance(v, dict) else v
+
+
+# ------------------------------------------------------------------------------------------ collect
+def collect(paths, eval: str = "auto", metric: str | None = None, group_by=None) -> Comparison:  # noqa: A002
+    """Read the runs (or the sweep) and check they can be compared; all errors come before any figure."""
+    runs, sweep, missing = find(paths)
+    if not runs:
+        raise ReportError(f"no job folder of {sweep} has a config.yaml yet (nothing started)")
+    tasks: dict[str, list[str]] = {}
+    for r in runs:
+        tasks.setdefault(r.task, []).append(str(r.path))
+    if len(tasks) > 1:
+        raise ReportError(
+            "runs of different tasks cannot be compared:\n  - "
+            + "\n  - ".join(f"{t}: {', '.join(ps)}" for t, ps in tasks.items())
+        )
+    if sweep is None and len(runs) < 2:
+        raise ReportError(f"give at least two run folders to compare (or a sweep folder); got {runs[0].path}")
+    task = runs[0].task
+    usable = [r for r in runs if sweep is None or r.finished]
+    for r in runs:
+        if r not in usable:
+            missing.append((str(r.path), r.status()))
+    if not usable:
+        raise ReportError(f"no job of {sweep} has finished training yet")
+    name, pid = choose(usable, eval, strict=sweep is None)
+    rows, cols, default_metric, kind = layout(task, name)
+    metric = metric or default_metric
+    if metric != default_metric:
+        kind = "rate" if metric in RATE_METRICS | {"token_error", "sequence_error"} else "positive"
+
+    frames, used = {}, []
+    for r in usable:
+        f = read(r, name, pid)
+        if f.empty:
+            have = r.path / "eval"
+            missing.append(
+                (str(r.path), f"no results of {name}/{pid}" + ("" if have.is_dir() else " (no eval/)"))
+            )
+            continue
+        f = f[(f.predictor == "model") & (f.metric == metric)]
+        if f.empty:
+            raise ReportError(
+                f"metric {metric!r} is not in {r.path}'s {name}/{pid} results; choose one with --metric"
+            )
+        frames[r.path], used = f, [*used, r]
+    if not used:
+        raise ReportError(f"no run holds results of {name}/{pid}")
+
+    # the cells every run shares; the others are listed
+    keys = {p: set(zip(f[rows].astype(float), f[cols].astype(float))) for p, f in frames.items()}
+    shared = set.intersection(*keys.values())
+    if not shared:
+        lines = [f"{p}: {sorted(k)[:6]}{' …' if len(k) > 6 else ''}" for p, k in keys.items()]
+        raise ReportError(
+            f"the runs share no cell of {rows} × {cols}:\n  - "
+            + "\n  - ".join(lines)
+            + "\nevaluate them on one grid (e.g. python evaluate.py -m run_dir=A,B eval.lengths=[…])"
+        )
+    left_out = sorted({c for k in keys.values() for c in k - shared})
+    fixed = {}
+    for coord in ("sigma_f", "sigma_x", "length", "M", "k"):
+        if coord in (rows, cols):
+            continue
+        vals = {float(v) for f in frames.values() if coord in f for v in f[coord].dropna()}
+        if len(vals) == 1:
+            fixed[coord] = vals.pop()
+        elif len(vals) > 1:
+            raise ReportError(
+                f"{coord} varies within the results ({sorted(vals)}): compare.py draws {rows} × {cols} grids; "
+                f"evaluate one {coord} (eval.{'lengths' if coord == 'length' else coord}=[…])"
+            )
+    steps = {r.path: int(frames[r.path]["step"].iloc[0]) for r in used}
+
+    notes, common = [], []
+    if sweep is not None:
+        expected = expected_jobs(sweep) or []
+        present = [set(r.overrides or []) for r in runs] + [
+            set(_read_overrides(j)) for j in job_dirs(sweep) if not (j / "config.yaml").exists()
+        ]
+        later = [job for job in expected if set(job) not in present]
+        missing += [(f"(no folder yet) {' '.join(job)}", "not started") for job in later]
+        if expected:
+            notes.append(f"jobs.yaml lists {len(expected)} jobs; {len(runs)} have a run folder")
+        all_ov = [dict(override_key(o) for o in (r.overrides or [])) for r in runs]
+        all_ov += [dict(override_key(o) for o in job) for job in expected]
+        keys_ = sorted({k for ov in all_ov for k in ov if k not in SEED_KEYS and not k.startswith("hydra.")})
+        varying = [k for k in keys_ if len({ov.get(k) for ov in all_ov}) > 1]
+        common = [f"{k}={all_ov[0][k]}" for k in keys_ if k not in varying and k in all_ov[0]]
+
+        def key_of(r: Run):
+            ov = dict(override_key(o) for o in (r.overrides or []))
+            return ", ".join(f"{k}={ov.get(k, '—')}" for k in varying) or "all jobs"
+
+        order: dict[str, list[Run]] = {}
+        for r in used:
+            order.setdefault(key_of(r), []).append(r)
+        groups = [Group(k, rs, [steps[r.path] for r in rs]) for k, rs in order.items()]
+    elif group_by:
+        order = {}
+        for r in used:
+            order.setdefault(", ".join(f"{k}={r.lookup(k)}" for k in group_by), []).append(r)
+        groups = [Group(k, rs, [steps[r.path] for r in rs]) for k, rs in order.items()]
+    else:
+        labels = _labels_for_runs(used, [steps[r.path] for r in used])
+        groups = [Group(lab, [r], [steps[r.path]]) for lab, r in zip(labels, used)]
+
+    parts = []
+    for g in groups:
+        for r in g.runs:
+            f = frames[r.path]
+            f = f[[(a, b) in shared for a, b in zip(f[rows].astype(float), f[cols].astype(float))]]
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "label": g.label,
+                        "run": str(r.path),
+                        "seed": r.seed,
+                        "step": steps[r.path],
+                        rows: f[rows].astype(float).values,
+                        cols: f[cols].astype(float).values,
+                        "value": f["value"].astype(float).values,
+                    }
+                )
+            )
+    per_run = pd.concat(parts, ignore_index=True)
+    for axis in (rows, cols):
+        if axis in ("length", "k"):
+            per_run[axis] = per_run[axis].astype(int)
+    cells = over_seeds(per_run, ["label", rows, cols], kind)
+    values = {a: sorted(per_run[a].unique()) for a in (rows, cols)}
+    return Comparison(
+        task=task,
+        eval=name,
+        protocol=pid,
+        metric=metric,
+        kind=kind,
+        rows=rows,
+        cols=cols,
+        groups=groups,
+        per_run=per_run,
+        cells=cells,
+        in_dist_at=_in_dist_at(task, used[0].cfg, values),
+        missing=missing,
+        left_out=[f"{SHORT.get(rows, rows)}={a:g}, {SHORT.get(cols, cols)}={b:g}" for a, b in left_out],
+        sweep=sweep,
+        common_overrides=common,
+        notes=notes,
+        fixed=fixed,
+    )
+
+
+def _read_overrides(job: Path) -> list[str]:
+    return [str(o) for o in (yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text()) or [])]
+
+
+# ------------------------------------------------------------------------------------------ writing
+def default_out_dir(comp: Comparison, now: datetime | None = None) -> Path:
+    """``<sweep>/compare`` for a sweep; ``<common parent>/compare/<time>`` for runs (never in a run)."""
+    if comp.sweep is not None:
+        return comp.sweep / "compare"
+    runs = [str(r.path.resolve()) for g in comp.groups for r in g.runs]
+    parent = Path(os.path.commonpath(runs))
+    inside = run_inside(parent)
+    while inside is not None:
+        parent = inside.parent
+        inside = run_inside(parent)
+    stamp = (now or datetime.now()).strftime("%Y-%m-%d_%H-%M-%S")
+    return parent / "compare" / stamp
+
+
+def write(
+    comp: Comparison, out_dir: Path, baseline: str | None = None, mode: str = "auto", close: bool = True
+) -> dict:
+    """Write the figures and tables into ``out_dir``; returns what was written and the colour scales."""
+    out_dir = Path(out_dir)
+    inside = run_inside(out_dir.resolve())
+    if inside is not None:
+        raise ReportError(
+            f"{out_dir} lies inside the run folder {inside}: comparisons never write into a run"
+        )
+    base = resolve_baseline(comp, baseline)
+    mode = difference_mode(comp, mode)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    grids = figures.plot_grids(comp, out_dir / "heatmaps")
+    diff = figures.plot_difference(comp, base, mode, out_dir / "difference")
+    summary = tables.summary_table(comp, base)
+    write_text(out_dir / "summary.csv", summary.to_csv(index=False))
+    write_text(out_dir / "cells.csv", comp.cells.to_csv(index=False))
+    write_text(out_dir / "runs.csv", comp.per_run.to_csv(index=False))
+    diffs = difference(comp, base, mode)
+    if diffs:
+        long = [
+            d.stack().rename("value").reset_index().assign(label=lab, baseline=base, mode=mode)
+            for lab, d in diffs.items()
+        ]
+        write_text(out_dir / "difference.csv", pd.concat(long, ignore_index=True).to_csv(index=False))
+    write_text(out_dir / "summary.md", _markdown_report(comp, summary, base, mode, diff is not None))
+    info = {
+        "task": comp.task,
+        "eval": comp.eval,
+        "protocol": comp.protocol,
+        "metric": comp.metric,
+        "axes": [comp.rows, comp.cols],
+        "baseline": base,
+        "difference": mode if diffs else None,
+        "groups": {g.label: [str(r.path) for r in g.runs] for g in comp.groups},
+        "missing": [{"folder": f, "why": w} for f, w in comp.missing],
+        "left_out_cells": comp.left_out,
+        "sweep": str(comp.sweep) if comp.sweep else None,
+        "common_overrides": comp.common_overrides,
+        "notes": comp.notes,
+        "colour_scale": {"vmin": grids.vmin, "vmax": grids.vmax, "log": grids.log},
+        "difference_scale": {"vmin": diff.vmin, "vmax": diff.vmax} if diff else None,
+        "files": sorted(p.name for p in out_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+        + ["compare.json"],
+        "seconds": time.perf_counter() - t0,
+    }
+    write_json(out_dir / "compare.json", info)
+    if close:
+        plt.close(grids.fig)
+        if diff is not None:
+            plt.close(diff.fig)
+    return {"out_dir": out_dir, "summary": summary, "grids": grids, "difference": diff, "info": info}
+
+
+def _rel(comp: Comparison, path) -> str:
+    """A job folder relative to its sweep (the sweep is named once); other paths as given."""
+    if comp.sweep is not None and Path(path).is_relative_to(comp.sweep):
+        return str(Path(path).relative_to(comp.sweep))
+    return str(path)
+
+
+def _markdown_report(comp: Comparison, summary: pd.DataFrame, base, mode: str, has_diff: bool) -> str:
+    lines = [f"# Comparison: {comp.what()}", ""]
+    if comp.sweep is not None:
+        lines.append(
+            f"Sweep `{comp.sweep}`, grouped by the overridden keys except seed (seeds aggregated cell-wise)."
+        )
+        if comp.common_overrides:
+            lines.append(f"Overrides common to all jobs: `{' '.join(comp.common_overrides)}`.")
+    lines += ["", "Runs:", ""]
+    for g in comp.groups:
+        lines.append(f"- **{g.label}**: " + ", ".join(f"`{_rel(comp, r.path)}`" for r in g.runs))
+    lines += ["", tables.markdown_table(summary), ""]
+    at = ", ".join(f"{comp.short(a)}={v:g}" for a, v in comp.in_dist_at.items()) or "the smallest σ"
+    avg = "geometric mean over seeds (log-scale interval)" if comp.log else "mean over seeds"
+    defs = [
+        f"`mean`: mean of the {comp.metric} over the {comp.rows} × {comp.cols} cells, per run; then the {avg}",
+        f"`in_dist`: mean over the cells at the training distribution ({at}), per run; then the {avg}",
+        "`worst`: the largest cell value per run; `worst_cell`: where the seed-mean grid is largest",
+        "`_low`/`_high`: 95% interval over seeds (Student t; NaN with one seed)",
+    ]
+    if base is not None:
+        defs.append(
+            f"`beats_baseline` / `ties_baseline`: share of cells whose seed mean is strictly lower / equal than **{base}**'s"
+        )
+        defs.append(
+            "`in_dist_vs_baseline`, `mean_vs_baseline`: `lower`/`higher` only where the seed intervals do not "
+            "overlap, else `not separated` (no difference is claimed)"
+        )
+        if has_diff:
+            what = (
+                f"log10({comp.metric} / {comp.metric} of {base}): −1 = ten times lower error"
+                if mode == "log10_ratio"
+                else f"{comp.metric} − {comp.metric} of {base}"
+            )
+            defs.append(f"difference map (`difference.png`): {what}; blue = better than {base}")
+    else:
+        defs.append("no baseline (no softmax run; choose one with --baseline): no difference map")
+    lines += [f"- {d}" for d in defs]
+    if comp.notes:
+        lines += ["", "Notes:", *[f"- {n}" for n in comp.notes]]
+    if comp.left_out:
+        lines += [
+            "",
+            f"Cells not held by every run, left out ({len(comp.left_out)}): " + "; ".join(comp.left_out),
+        ]
+    if comp.missing:
+        lines += [
+            "",
+            f"Not included ({len(comp.missing)}):",
+            *[f"- `{_rel(comp, f)}`: {w}" for f, w in comp.missing],
+        ]
+    lines += ["", "![heat maps](heatmaps.png)", ""]
+    if has_diff:
+        lines += ["![difference](difference.png)", ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ command
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="compare.py",
+        description="Compare stored evaluation results of run folders, or of every job in a sweep folder: "
+        "side-by-side heat maps on one colour scale, a difference map against a baseline, a summary table "
+        "with seed intervals. A sweep is grouped by its overridden keys except seed; jobs without results "
+        "are listed and left out.",
+    )
+    p.add_argument("paths", nargs="+", help="run folders, or one sweep folder (outputs/multirun/<name>)")
+    p.add_argument(
+        "--eval",
+        default="auto",
+        help="auto (default: the task's paper protocol if every run has it, else the end-of-run quick one), "
+        "default, quick, an evaluation name (grid, deviant) or a protocol id",
+    )
+    p.add_argument("--metric", default=None, help="default: the task's headline metric (mse, sequence_error)")
+    p.add_argument("--out", default=None, help="output folder (default: <sweep>/compare, or beside the runs)")
+    p.add_argument(
+        "--baseline", default=None, help="label (or scorer) the difference map subtracts; default softmax"
+    )
+    p.add_argument("--difference", default="auto", choices=["auto", "diff", "log10_ratio"])
+    p.add_argument(
+        "--group-by", default=None, help="for run lists: config keys whose runs are averaged as seeds"
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    # corpus tasks have their own tables: the paper's table 2 (task=lm) and table 3 (task=mlm)
+    if zorro_table.mlm_run_dirs(args.paths):
+        return zorro_table.main(args.paths, args.out, "pll")
+    if lm_table.lm_run_dirs(args.paths):
+        return lm_table.main(args.paths, args.out)
+    t0 = time.perf_counter()
+    try:
+        group_by = [k.strip() for k in args.group_by.split(",")] if args.group_by else None
+        comp = collect(args.paths, eval=args.eval, metric=args.metric, group_by=group_by)
+        base = resolve_baseline(comp, args.baseline)
+        out = Path(args.out) if args.out else default_out_dir(comp)
+        t_read = time.perf_counter() - t0
+        result = write(comp, out, base, args.difference)
+    except ReportError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 2
+    n_runs = sum(len(g.runs) for g in comp.groups)
+    print(f"{comp.what()}: {len(comp.groups)} panel(s) from {n_runs} run(s); baseline: {base or 'none'}")
+    print(tables.markdown_table(result["summary"]))
+    for note in comp.notes:
+        print(f"note: {note}")
+    if comp.left_out:
+        print(f"cells not held by every run, left out: {'; '.join(comp.left_out)}")
+    if comp.missing:
+        print(f"not included ({len(comp.missing)}):")
+        for f, w in comp.missing:
+            print(f"  - {_rel(comp, f)}: {w}")
+    print(f"wrote {out}/ (read {t_read:.1f} s, figures and tables {result['info']['seconds']:.1f} s)")
+    return 0

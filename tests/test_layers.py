@@ -1,0 +1,143 @@
+"""The package imports in one direction only, without cycles and without imports hidden in functions:
+
+    core → scorers, data → models → tasks → training → evaluation → reports → entry points (cli, config, launch)
+
+A module may import its own layer or a lower one. Imports are read from the source (``ast``), so a
+cycle hidden behind an import inside a function is found too; such imports of the package are not
+allowed at all (they were the usual way to dodge a cycle). ``hydra._internal`` is never imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "ssa_repro"
+LAYERS = {
+    "core": 0,
+    "scorers": 1,
+    "data": 1,
+    "models": 2,
+    "tasks": 3,
+    "training": 4,
+    "evaluation": 5,
+    "reports": 6,
+    "cli": 7,
+    "config": 7,
+    "launch": 7,
+    "wandb_logger": 0,  # (replaced by core/tracking.py)
+}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return 0  # ssa_repro/__init__.py: the version only
+    if parts[1] not in LAYERS:
+        raise AssertionError(f"{module} belongs to no layer: add ssa_repro/{parts[1]} to LAYERS")
+    return LAYERS[parts[1]]
+
+
+def imports(path: Path) -> list[tuple[str, bool, int]]:
+    """(imported ssa_repro module, inside a function?, line) for every import in ``path``."""
+    tree = ast.parse(path.read_text())
+    out = []
+
+    def visit(node, in_function: bool):
+        for child in ast.iter_child_nodes(node):
+            inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                out.extend((a.name, in_function, child.lineno) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                # "from ssa_repro.x import y" may name a submodule y: count both
+                out.append((child.module, in_function, child.lineno))
+                out.extend((f"{child.module}.{a.name}", in_function, child.lineno) for a in child.names)
+            visit(child, inside)
+
+    visit(tree, False)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for m, path in modules.items():
+        for target, _, _ in imports(path):
+            if target in modules and target != m:
+                edges[m].add(target)
+    return edges
+
+
+def test_every_import_goes_down_or_sideways():
+    upward = []
+    for m, targets in graph().items():
+        for t in targets:
+            if layer(t) > layer(m):
+                upward.append(f"{m} (layer {layer(m)}) imports {t} (layer {layer(t)})")
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycle():
+    edges = graph()
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def walk(m):
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(edges[m]):
+            if state.get(t) == 1:
+                cycle = stack[stack.index(t) :] + [t]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if t not in state:
+                walk(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            walk(m)
+
+
+def test_no_package_import_hides_inside_a_function():
+    hidden = []
+    for path in PACKAGE.rglob("*.py"):
+        for target, in_function, line in imports(path):
+            if in_function and target.startswith("ssa_repro"):
+                hidden.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert not hidden, "\n".join(hidden)
+
+
+@pytest.mark.parametrize("folder", ["ssa_repro", "scripts", "tests"])
+def test_no_hydra_internals(folder):
+    found = [
+        f"{p.relative_to(ROOT)}:{line}"
+        for p in (ROOT / folder).rglob("*.py")
+        for target, _, line in imports(p)
+        if target.startswith("hydra._internal")
+    ]
+    assert not found, found
+
+
+def test_the_layer_map_covers_the_package():
+    for path in PACKAGE.rglob("*.py"):
+        layer(module_name(path))  # raises for a folder or module outside the map
+
+
+def test_a_known_upward_import_is_caught(tmp_path):
+    """The check itself: a scorer importing the trainer is reported."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from ssa_repro.training.trainer import train\n\n\ndef f():\n    import ssa_repro.reports\n")
+    found = imports(bad)
+    assert ("ssa_repro.training.trainer", False, 1) in found and ("ssa_repro.reports", True, 5) in found
+    assert layer("ssa_repro.training.trainer") > layer("ssa_repro.scorers.ssa")
