@@ -2,17 +2,25 @@
 
 ``train_bpe`` is BabyBERTa's recipe (byte-level BPE with a prefix space) and the small-LM default; the
 result is cached as ``<cache_dir>/bpe_<hash>.json``, keyed by the corpus file's size and mtime and the
-settings, so a second run loads it in milliseconds. ``gpt2_bpe`` reads the exact GPT-2 files
-(``tokenizers/gpt2/encoder.json`` + ``vocab.bpe``) offline.
+settings, so a second run loads it in milliseconds. The cache file is written atomically (a
+temporary name per process, then a rename: a killed run or two runs training the same tokenizer at
+once never leave half a file); a cached file that cannot be read is logged and trained again. Invalid
+UTF-8 in the training text is replaced by U+FFFD, as the corpora are read. GPT-2's own BPE is
+:class:`ssa_repro.data.tokenizer.GPT2Tokenizer`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from ssa_repro.core import atomic
+
+log = logging.getLogger("ssa_repro.data")
 
 
 def train_bpe(
@@ -39,7 +47,10 @@ def train_bpe(
     )
     path = Path(cache_dir) / f"bpe_{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     if path.exists():
-        return Tokenizer.from_file(str(path))
+        try:
+            return Tokenizer.from_file(str(path))
+        except Exception as e:  # noqa: BLE001  (tokenizers raises plain Exception)
+            log.warning("tokenizer cache %s cannot be read (%s); training it again", path, e)
     tok = Tokenizer(models.BPE())
     if lowercase:
         from tokenizers import normalizers
@@ -64,8 +75,6 @@ def train_bpe(
                     yield line
 
     tok.train_from_iterator(lines(), trainer=trainer)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tok.save(str(tmp))
-    tmp.replace(path)  # atomic: a killed run never leaves half a tokenizer in the cache
+    with atomic.atomic_path(path, hint="data.cache_dir=<another folder>") as tmp:
+        tok.save(str(tmp))
     return tok

@@ -9,16 +9,28 @@ the model can be scored in-domain as well as on WikiText.
 ``lm/test.txt``), optionally detokenised first (WikiText's `` @-@ ``, split punctuation, ...; the
 rules of lm-eval's ``wikitext`` task).
 
-Bytes that are not valid UTF-8 are replaced by U+FFFD and counted; empty (or whitespace-only) lines
-are counted (in a document file they separate documents; runs of them never make empty documents).
-The counts are in ``meta.json`` beside the arrays and in the run's log. Arrays are uint16 when the
-vocabulary fits, else uint32, written to a temporary name and renamed, so a killed run never leaves
-half a corpus in the cache. The cache key covers the file (path, size, mtime), the tokeniser's exact
+Bytes that are not valid UTF-8 are replaced by U+FFFD and counted (with the byte offset of the first
+one, so it can be found), not refused: one stray byte in a 20 MB corpus should not stop a run, and
+the count in the log says how much was replaced (the masked LM's corpus is read the same way,
+:mod:`ssa_repro.data.childes`). Empty (or whitespace-only) lines are counted (in a document file they
+separate documents; runs of them never make empty documents). The counts are in ``meta.json`` beside
+the arrays and in the run's log. :func:`scan` gives the same counts without tokenising, for the
+config checks that refuse an empty corpus, or one too small to hold out a document, before a run
+folder exists.
+
+Arrays are uint16 when the vocabulary fits, else uint32, written atomically
+(:mod:`ssa_repro.core.atomic`: a temporary name per process, then a rename; ``meta.json`` last, its
+presence marks a complete entry), so a killed run never leaves half a corpus in the cache and two
+processes tokenising the same file at once do not mix their bytes. A cache entry found damaged
+(unreadable ``meta.json``, an array of the wrong size) is logged and rebuilt. A full disk while
+writing the cache is a :class:`~ssa_repro.core.atomic.StorageError` naming the file and
+``data.cache_dir``. The cache key covers the file (path, size, mtime), the tokeniser's exact
 vocabulary and the settings.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -28,11 +40,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ssa_repro.core import atomic
 from ssa_repro.data.tokenizer import TextTokenizer, file_key
 
 log = logging.getLogger("ssa_repro.data")
 
 VERSION = 1
+CACHE_HINT = "data.cache_dir=<another folder>"
 
 
 @dataclass
@@ -47,17 +61,58 @@ class Corpus:
         return len(self.tokens)
 
 
-def read_text(path: Path) -> tuple[str, dict]:
-    """The file as text (LF line ends) with counts: bytes, invalid UTF-8 sequences, lines, empty lines."""
-    raw = Path(path).read_bytes()
+def decode(raw: bytes) -> tuple[str, int, int | None]:
+    """UTF-8 text with invalid bytes replaced by U+FFFD: (text, sequences replaced, byte offset of the
+    first one or None)."""
+    try:
+        return raw.decode("utf-8"), 0, None
+    except UnicodeDecodeError as e:
+        first = e.start
     text = raw.decode("utf-8", errors="replace")
     bad = text.count("\ufffd") - raw.count("\ufffd".encode())  # replacements made, not ones in the file
+    return text, bad, first
+
+
+def read_text(path: Path) -> tuple[str, dict]:
+    """The file as text (LF line ends) with counts: bytes, invalid UTF-8 sequences (replaced) and the
+    byte offset of the first, lines, empty lines."""
+    raw = Path(path).read_bytes()
+    text, bad, first = decode(raw)
     text = text.replace("\r\n", "\n")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     empty = sum(1 for line in lines if not line.strip())
-    return text, {"bytes": len(raw), "invalid_utf8": bad, "lines": len(lines), "empty_lines": empty}
+    return text, {
+        "bytes": len(raw),
+        "invalid_utf8": bad,
+        "first_invalid_utf8_byte": first,
+        "lines": len(lines),
+        "empty_lines": empty,
+    }
+
+
+def scan(path: Path) -> dict:
+    """The counts of :func:`read_text` plus ``documents`` (blank-line separated, none empty), without
+    tokenising: for config checks (an empty corpus, too few documents to hold one out). Remembered per
+    file version (path, size, mtime) within the process, so a sweep checking many jobs reads it once."""
+    return dict(_scan(file_key(path)))
+
+
+@functools.lru_cache(maxsize=32)
+def _scan(key: tuple) -> dict:
+    text, meta = read_text(Path(key[0]))
+    meta["documents"] = len(split_documents(text))
+    return meta
+
+
+def describe_invalid(meta: dict) -> str:
+    """``", 2 invalid UTF-8 sequences replaced (the first at byte 1234)"`` or ``""``."""
+    if not meta.get("invalid_utf8"):
+        return ""
+    first = meta.get("first_invalid_utf8_byte")
+    at = f" (the first at byte {first})" if first is not None else ""
+    return f", {meta['invalid_utf8']} invalid UTF-8 sequences replaced by U+FFFD{at}"
 
 
 def split_documents(text: str) -> list[str]:
@@ -106,22 +161,36 @@ def _cache_folder(cache_dir: Path, path: Path, tokenizer: TextTokenizer, setting
 
 
 def _write(folder: Path, arrays: dict[str, list[int]], meta: dict, vocab_size: int) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
     dtype = _dtype(vocab_size)
     for name, ids in arrays.items():
         arr = np.asarray(ids, dtype=dtype)
-        tmp = folder / f"{name}.bin.tmp"
-        arr.tofile(tmp)
-        tmp.replace(folder / f"{name}.bin")
+        with atomic.atomic_file(folder / f"{name}.bin", hint=CACHE_HINT) as f:
+            arr.tofile(f)
         meta.setdefault("splits", {})[name] = {"tokens": len(arr)}
     meta["dtype"] = np.dtype(dtype).name
-    tmp = folder / "meta.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    tmp.replace(folder / "meta.json")  # written last: its presence marks a complete cache entry
+    atomic.write_json(folder / "meta.json", meta, hint=CACHE_HINT)  # last: marks a complete entry
+
+
+def _complete(folder: Path, names: tuple[str, ...]) -> bool:
+    """Whether the cache entry in ``folder`` is whole: ``meta.json`` readable and every array of the
+    size it records. A damaged entry (a disk error, a hand edit) is logged and will be rebuilt."""
+    if not (folder / "meta.json").exists():
+        return False
+    try:
+        meta = atomic.read_json(folder / "meta.json", "a tokenised-corpus cache entry")
+        size = np.dtype(meta["dtype"]).itemsize
+        for name in names:
+            n = int(meta["splits"][name]["tokens"])
+            if n and (folder / f"{name}.bin").stat().st_size != n * size:
+                raise ValueError(f"{name}.bin does not hold the {n} tokens meta.json records")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("corpus cache %s is damaged (%s); tokenising again", folder, e)
+        return False
+    return True
 
 
 def _open(folder: Path, name: str) -> Corpus:
-    meta = json.loads((folder / "meta.json").read_text())
+    meta = atomic.read_json(folder / "meta.json", "a tokenised-corpus cache entry")
     n = meta["splits"][name]["tokens"]
     path = folder / f"{name}.bin"
     if n == 0:
@@ -139,7 +208,10 @@ def cached_meta(path: Path, tokenizer_fingerprint: str, cache_dir: Path, setting
 
     folder = _cache_folder(cache_dir, path, _T, settings)  # type: ignore[arg-type]
     f = folder / "meta.json"
-    return json.loads(f.read_text()) if f.exists() else None
+    try:
+        return json.loads(f.read_text()) if f.exists() else None
+    except (OSError, ValueError):  # a damaged entry: as if absent (it is rebuilt when used)
+        return None
 
 
 def documents_corpus(
@@ -148,7 +220,7 @@ def documents_corpus(
     """(train, heldout) splits of a blank-line-separated document file."""
     settings = {"kind": "documents", "heldout_every": heldout_every}
     folder = _cache_folder(cache_dir, path, tokenizer, settings)
-    if not (folder / "meta.json").exists():
+    if not _complete(folder, ("train", "heldout")):
         text, meta = read_text(path)
         docs = split_documents(text)
         encoded = tokenizer.encode_batch(docs)
@@ -175,15 +247,14 @@ def documents_corpus(
         }
         _write(folder, {"train": train, "heldout": held}, meta, tokenizer.vocab_size)
         log.info(
-            "tokenised %s: %d documents (%d held out), %d + %d tokens; %d empty lines, %d invalid UTF-8 "
-            "sequences replaced; cached in %s",
+            "tokenised %s: %d documents (%d held out), %d + %d tokens; %d empty lines%s; cached in %s",
             path,
             len(docs),
             n_held,
             len(train),
             len(held),
             meta["empty_lines"],
-            meta["invalid_utf8"],
+            describe_invalid(meta) or ", no invalid UTF-8",
             folder,
         )
     return _open(folder, "train"), _open(folder, "heldout")
@@ -197,7 +268,7 @@ def stream_corpus(path: Path, tokenizer: TextTokenizer, cache_dir: Path, detoken
     """The whole file as one stream: ``<|endoftext|>`` then its tokens."""
     settings = {"kind": "stream", "detokenize": detokenize}
     folder = _cache_folder(cache_dir, path, tokenizer, settings)
-    if not (folder / "meta.json").exists():
+    if not _complete(folder, ("stream",)):
         text, meta = read_text(path)
         if detokenize:
             text = wikitext_detokenize(text)
@@ -210,5 +281,5 @@ def stream_corpus(path: Path, tokenizer: TextTokenizer, cache_dir: Path, detoken
             **settings,
         )
         _write(folder, {"stream": ids}, meta, tokenizer.vocab_size)
-        log.info("tokenised %s: %d tokens (%d invalid UTF-8 sequences)", path, len(ids), meta["invalid_utf8"])
+        log.info("tokenised %s: %d tokens%s", path, len(ids), describe_invalid(meta))
     return _open(folder, "stream")

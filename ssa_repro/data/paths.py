@@ -12,6 +12,11 @@ class DataFileError(FileNotFoundError):
     """A data file is missing; the message names it and says how to point the config at it."""
 
 
+class CorpusError(ValueError):
+    """A data file that exists but cannot be used: empty, too small for the settings, or damaged. The
+    message names the file, the config key and what to do."""
+
+
 def resolve_root(root: str | os.PathLike) -> Path:
     """``data.root`` as an absolute path: absolute as given; relative to the working directory when it
     exists there, else relative to the repository (so ``../shared/data`` works from any folder)."""

@@ -6,16 +6,21 @@ Both are wrapped as :class:`TextTokenizer` (``encode``, ``encode_batch``, ``deco
 which one a run uses. ``<|endoftext|>`` separates documents in both (GPT-2: id 50256; trained BPE: id 0).
 
 GPT-2: ``tokenizers/gpt2/encoder.json`` + ``vocab.bpe`` under ``data.root`` are read with
-``tiktoken.load.data_gym_to_mergeable_bpe_ranks`` (hash-checked against the values tiktoken expects)
-and GPT-2's pre-tokeniser pattern; nothing is downloaded ("hello world" -> [31373, 995], tested).
+``tiktoken.load.data_gym_to_mergeable_bpe_ranks`` and GPT-2's pre-tokeniser pattern; nothing is
+downloaded ("hello world" -> [31373, 995], tested). Both files are first checked against the sha256
+values tiktoken expects (:func:`gpt2_file_problems`, also run by the config check before a run folder
+exists): a truncated or edited file is a :class:`~ssa_repro.data.paths.CorpusError` naming it and
+saying the offline tokenizer files are damaged, instead of tiktoken's "corrupted download, please try
+again" (nothing here downloads).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
-from ssa_repro.data.paths import data_file
+from ssa_repro.data.paths import CorpusError, DataFileError, data_file
 
 EOT = "<|endoftext|>"
 GPT2_FILES = ("tokenizers/gpt2/encoder.json", "tokenizers/gpt2/vocab.bpe")
@@ -53,6 +58,9 @@ class GPT2Tokenizer(TextTokenizer):
         from tiktoken_ext.openai_public import r50k_pat_str
 
         enc_json, vocab_bpe = (data_file(root, rel) for rel in GPT2_FILES)
+        damaged = gpt2_file_problems(root)
+        if damaged:
+            raise CorpusError("\n".join(damaged))
         ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(
             vocab_bpe_file=str(vocab_bpe),
             encoder_json_file=str(enc_json),
@@ -119,6 +127,34 @@ def required_vocab(task_cfg) -> int:
     """An upper bound on the tokeniser's size, known without building it (for config checks)."""
     kind = getattr(task_cfg.tokenizer, "value", task_cfg.tokenizer)
     return GPT2_VOCAB if kind == "gpt2" else int(task_cfg.bpe_vocab)
+
+
+def gpt2_file_problems(root) -> list[str]:
+    """The GPT-2 tokenizer files under ``data.root`` that are missing or damaged (their sha256 is not
+    GPT-2's), one message each naming the file; [] when both are intact."""
+    out = []
+    for rel in GPT2_FILES:
+        try:
+            path = data_file(root, rel)
+        except DataFileError as e:
+            out.append(str(e))
+            continue
+        digest = _sha256(file_key(path))
+        want = GPT2_HASHES[path.name]
+        if digest != want:
+            out.append(
+                f"{path} is damaged: its sha256 is {digest[:12]}... ({path.stat().st_size:,} bytes), not "
+                f"GPT-2's {want[:12]}...; the offline GPT-2 tokenizer files (data.root={root}, "
+                f"{rel}) are truncated or edited: restore them from an intact copy of the data folder, "
+                "or use task.tokenizer=bpe"
+            )
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _sha256(key: tuple) -> str:
+    """sha256 of a file version (path, size, mtime): hashed once per process."""
+    return hashlib.sha256(Path(key[0]).read_bytes()).hexdigest()
 
 
 def file_key(path: Path) -> tuple:

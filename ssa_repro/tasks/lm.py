@@ -226,9 +226,16 @@ class LMTask(Task):
                 out.append(str(e))
         if out:
             return out
+        from ssa_repro.data.corpus import scan
+        from ssa_repro.data.tokenizer import gpt2_file_problems
+
+        damaged = gpt2_file_problems(cfg.data.root) if kind == "gpt2" else []
+        out += _corpus_problems(cfg) + damaged
+        train = data_file(cfg.data.root, t.train_file)
+        if damaged or scan(train)["documents"] == 0:
+            return out  # nothing more to say about the corpus's size
         # too small a corpus for the context: exact if it was tokenised before, else a byte bound
         # (a byte-level BPE token covers >= 1 byte; the exact check runs again when training starts)
-        train = data_file(cfg.data.root, t.train_file)
         ctx = t.context
         meta = None
         if kind == "gpt2":
@@ -260,6 +267,43 @@ class LMTask(Task):
 class _DataCfg:
     root: str
     cache_dir: str
+
+
+def _corpus_problems(cfg) -> list[str]:
+    """Empty corpora, and a training file with too few documents to hold one out, from a scan of the
+    files (no tokenising; remembered per file version): each message names the key, the file and what
+    to do. Invalid UTF-8 is not a problem here: it is replaced and counted when the corpus is read."""
+    from ssa_repro.data.corpus import scan
+    from ssa_repro.data.paths import data_file
+
+    t, out = cfg.task, []
+    train = data_file(cfg.data.root, t.train_file)
+    stats = scan(train)
+    docs, every = stats["documents"], int(t.heldout_every)
+    if docs == 0:
+        out.append(
+            f"task.train_file={t.train_file}: {train} holds no text ({stats['bytes']} bytes, "
+            f"{stats['lines']} lines, all blank); put documents separated by blank lines in it, or point "
+            "task.train_file / data.root at another corpus"
+        )
+    elif every > 0 and docs < every:
+        fewer = (
+            f"set task.heldout_every between 2 and {docs}, or 0" if docs >= 2 else "set task.heldout_every=0"
+        )
+        out.append(
+            f"task.train_file={t.train_file}: {train} holds {docs} document{'s' if docs != 1 else ''} "
+            f"(separated by blank lines), fewer than task.heldout_every={every}, so no document would be "
+            f"held out and the held-out perplexity would be scored on 0 tokens; {fewer} (no held-out "
+            "split), or use a larger corpus"
+        )
+    for key in ("valid_file", "test_file"):
+        path = data_file(cfg.data.root, t[key])
+        if scan(path)["documents"] == 0:
+            out.append(
+                f"task.{key}={t[key]}: {path} holds no text, so its perplexity would be scored on 0 tokens; "
+                f"point task.{key} / data.root at a file with text"
+            )
+    return out
 
 
 def _doc_settings(t) -> dict:

@@ -303,9 +303,11 @@ class MLMTask(Task):
         if t.heldout_every == 1:
             out.append("task.heldout_every=1 would hold out every utterance; use 0 (none) or >= 2")
         try:
-            data_file(cfg.data.root, t.corpus)
+            corpus = data_file(cfg.data.root, t.corpus)
         except DataFileError as e:
             out.append(f"task.corpus={t.corpus}: {e}")
+        else:
+            out += _corpus_problems(cfg, corpus, exact=not out)
         if t.quick_zorro_pairs and cfg.evaluation.enabled:
             z = resolve_root(cfg.data.root) / t.zorro_dir
             if not z.is_dir() or not any(z.glob("*.txt")):
@@ -348,3 +350,34 @@ class MLMTask(Task):
         """The end-of-run evaluation: masked-LM loss on ``task.quick_heldout`` held-out utterances and a
         Zorro subset of ``task.quick_zorro_pairs`` pairs per paradigm (0: none)."""
         return "zorro", {"n_pairs": self.cfg.quick_zorro_pairs, "heldout": self.cfg.quick_heldout}
+
+
+def _corpus_problems(cfg, corpus: Path, exact: bool) -> list[str]:
+    """A corpus with no utterance to train on (empty, only blank lines, or every utterance longer than
+    ``task.max_length``) or too few to hold one out, each message naming the file and the keys. The
+    lines are scanned (no tokenising; remembered per file version); only when no utterance is short
+    enough in bytes to be sure it fits (a byte-level BPE gives at most one token per byte, plus the
+    prefix space, ``<s>`` and ``</s>``) is the corpus tokenised (cached) to count exactly — and only
+    when ``exact`` (the other settings are valid). Invalid UTF-8 is replaced and counted, not refused."""
+    t = cfg.task
+    stats = childes.scan_lines(corpus, t.max_lines)
+    n = stats["utterances"]
+    if n == 0:
+        return [childes.no_utterance_message(corpus, t.max_lines, t.max_length, 0)]
+    if stats["shortest_bytes"] + 3 > t.max_length and exact:
+        cache = resolve_root(cfg.data.cache_dir)
+        tok = childes.tokenizer_for(corpus, t.vocab_size, cache, t.max_lines)
+        try:
+            n = len(childes.encode_corpus(corpus, tok, cache, t.max_lines, t.max_length))
+        except childes.CorpusError as e:
+            return [str(e)]
+    every = int(t.heldout_every)
+    if every > 0 and n < every:
+        fewer = f"set task.heldout_every between 2 and {n}, or 0" if n >= 2 else "set task.heldout_every=0"
+        return [
+            f"task.corpus={t.corpus}: {corpus} holds {n} utterance{'s' if n != 1 else ''}, fewer than "
+            f"task.heldout_every={every}, so none would be held out and the held-out masked-LM loss would "
+            f"be scored on nothing; {fewer} (no held-out split), or use a larger corpus"
+        ]
+    return []
+
