@@ -578,12 +578,10 @@ def _plain(config) -> dict:
 
 
 def _is_scalar(v) -> bool:
-    return (
-        isinstance(v, (int, float))
-        and not isinstance(v, bool)
-        or hasattr(v, "item")
-        and getattr(v, "ndim", 1) == 0
-    )
+    """A number (int, float, or a 0-d tensor/array), not a bool."""
+    if isinstance(v, bool):
+        return False
+    return isinstance(v, (int, float)) or (hasattr(v, "item") and getattr(v, "ndim", 1) == 0)
 
 
 def _artifact_name(name: str) -> str:
