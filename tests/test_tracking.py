@@ -514,3 +514,53 @@ def _dashboard_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_dashboard_layout_is_built_offline():
+    pytest.importorskip(
+        "wandb_workspaces", reason="the optional extra is not installed: pip install -e '.[dashboard]'"
+    )
+    dash = _dashboard_module()
+    workspace = dash.build_workspace("ent", "proj", "sweep-1")
+    panels = {s.name: [type(p).__name__ for p in s.panels] for s in workspace.sections}
+    assert panels == {
+        "Heat maps": ["CustomChart", "CustomChart", "MediaBrowser", "BarPlot"],
+        "SSA b and n": ["LinePlot", "LinePlot", "MediaBrowser"],
+        "Training": ["LinePlot", "LinePlot"],
+        "By position": ["MediaBrowser"],
+    }
+    heat, diff, images, _ = workspace.sections[0].panels
+    assert heat.chart_name == "ent/ssa-repro-heatmap" and diff.chart_name == "ent/ssa-repro-difference"
+    assert heat.query == {"summaryTable": {"tableKey": "eval/quick/grid"}}
+    assert heat.chart_fields == {"x": "length", "y": "sigma_x", "value": "value"}
+    assert diff.chart_strings["a"] == "softmax" and diff.chart_strings["b"] == "ssa"
+    assert images.media_keys == ["eval/quick/grid_img"]
+    b_line, n_line, heads = workspace.sections[1].panels
+    assert b_line.metric_regex == r"scorer/b/L\d+" and n_line.metric_regex == r"scorer/n/L\d+"
+    assert heads.media_keys == ["scorer/heads/b_img", "scorer/heads/n_img"]
+    runs = workspace.runset_settings
+    assert [g.name for g in runs.groupby] == ["scorer.label"]
+    assert "summary:eval/quick/grid_worst" in runs.pinned_columns
+    model = workspace._to_model()  # serialises as it would be saved, without saving
+    assert json.dumps(model.model_dump(by_alias=True, exclude_none=True)).count('"viewType": "Vega2"') == 2
+
+
+def test_dashboard_chart_presets_use_the_logged_grid_columns():
+    dash = _dashboard_module()
+    for spec in (dash.heatmap_spec(), dash.difference_spec()):
+        text = json.dumps(spec)
+        assert "${field:x}" in text and "${field:y}" in text and "${field:value}" in text
+        assert "datum.predictor" in text  # the model's rows of the long-form table
+    assert '"pivot": "scorer"' in json.dumps(dash.difference_spec())  # the grid table's scorer column
+
+
+def test_dashboard_refuses_to_run_offline_or_without_the_extra(monkeypatch, capsys):
+    dash = _dashboard_module()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert dash.main(["ent/proj", "sweep-1"]) == 2
+    assert "only be created online" in capsys.readouterr().err
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setitem(sys.modules, "wandb_workspaces", None)  # as if not installed
+    assert dash.main(["ent/proj", "sweep-1"]) == 2
+    assert "pip install -e '.[dashboard]'" in capsys.readouterr().err
+    assert dash.main(["no-slash", "g"]) == 2
