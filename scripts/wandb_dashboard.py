@@ -99,7 +99,7 @@ def difference_spec() -> dict:
                         "field": "difference",
                         "type": "quantitative",
                         "title": "${string:a} - ${string:b}",
-                        "scale": {"scheme": "redblue", "domainMid": 0, "reverse": True},
+                        "scale": {"scheme": "redblue", "domainMid": 0},  # blue: A - B > 0, B better
                     },
                 },
             },
