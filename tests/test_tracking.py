@@ -124,6 +124,11 @@ def offline_runs(run_dir: Path) -> list[Path]:
     return sorted(p for p in (run_dir / "wandb").glob("offline-run-*") if p.is_dir())
 
 
+def run_id_of(folder: Path) -> str:
+    """offline-run-<date>_<time>-<id>, or ...-<id>-<n> when a run restarts within the same second."""
+    return re.fullmatch(r"offline-run-\d{8}_\d{6}-([0-9a-z]+)(?:-\d+)?", folder.name).group(1)
+
+
 # ---------------------------------------------------------------------------------------------------
 # A training run with an evaluation, then two evaluations as their own runs (made once, read by several
 # tests)
@@ -168,7 +173,7 @@ def logged(tmp_path_factory):
 
 def test_summary_holds_the_headline_numbers(logged):
     train_id = (logged.run_dir / "wandb_id.txt").read_text().strip()
-    (folder,) = [p for p in offline_runs(logged.run_dir) if p.name.endswith(train_id)]
+    (folder,) = [p for p in offline_runs(logged.run_dir) if run_id_of(p) == train_id]
     s = inspect(folder)
     assert s["state"] == "finished" and s["exit_code"] == 0
     summary = s["summary"]
@@ -189,7 +194,7 @@ def test_summary_holds_the_headline_numbers(logged):
 
 def test_images_and_tables_have_distinct_keys_and_scorer_heat_maps_are_logged(logged):
     train_id = (logged.run_dir / "wandb_id.txt").read_text().strip()
-    (folder,) = [p for p in offline_runs(logged.run_dir) if p.name.endswith(train_id)]
+    (folder,) = [p for p in offline_runs(logged.run_dir) if run_id_of(p) == train_id]
     summary = inspect(folder)["summary"]
     kind = {k: v.get("_type") for k, v in summary.items() if isinstance(v, dict)}
     assert kind["eval/quick/grid"] == "table-file"
@@ -214,7 +219,7 @@ def test_images_and_tables_have_distinct_keys_and_scorer_heat_maps_are_logged(lo
 def test_one_training_run_and_two_eval_runs_in_its_group(logged):
     train_id = (logged.run_dir / "wandb_id.txt").read_text().strip()
     folders = offline_runs(logged.run_dir)
-    runs = {f.name.rsplit("-", 1)[1]: run_record(f) for f in folders}
+    runs = {run_id_of(f): run_record(f) for f in folders}
     assert len(folders) == 3 and set(runs) == {train_id, *logged.eval_ids}  # nothing resumed, nothing twice
     train = runs.pop(train_id)
     assert train["job_type"] == "train" and train["run_group"] == f"{NAME}-{train_id}"
@@ -564,3 +569,23 @@ def test_dashboard_refuses_to_run_offline_or_without_the_extra(monkeypatch, caps
     assert dash.main(["ent/proj", "sweep-1"]) == 2
     assert "pip install -e '.[dashboard]'" in capsys.readouterr().err
     assert dash.main(["no-slash", "g"]) == 2
+
+
+def test_a_restarted_training_job_resumes_its_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_ERROR_REPORTING", "false")
+    for step in (1, 2):  # two starts of the same job (e.g. after preemption)
+        with Tracker.for_training(logger_cfg(), tmp_path, CONFIG, NAME) as tr:
+            tr.log_training({"loss": 1.0}, step, None)
+    run_id = (tmp_path / "wandb_id.txt").read_text().strip()
+    folders = offline_runs(tmp_path)
+    assert len(folders) == 2 and {run_id_of(f) for f in folders} == {run_id}  # one folder per start
+    assert json.loads((tmp_path / "wandb_run.json").read_text())["group"] == f"{NAME}-{run_id}"
+
+
+def test_telemetry_is_switched_off_even_when_wandb_was_imported_first(monkeypatch):
+    import wandb  # noqa: F401  (already imported by earlier tests, as in a notebook)
+    from wandb.analytics.opentelemetry import opentelemetry_proxy
+
+    monkeypatch.setenv("WANDB_ERROR_REPORTING", "true")
+    tracking.configure_environment("offline")
+    assert opentelemetry_proxy.get_open_telemetry_proxy() is None
