@@ -125,6 +125,7 @@ class LoggerConfig:
     entity: str | None = None
     group: str | None = None
     tags: list[str] = field(default_factory=list)
+    log_checkpoints: bool = False  # checkpoints also as W&B "model" artifacts (core/tracking.py)
 
 
 @dataclass
