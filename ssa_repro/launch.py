@@ -20,6 +20,10 @@ import shlex
 import sys
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+
+import ssa_repro.config  # noqa: F401  (schemas and resolvers)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -28,9 +32,6 @@ def run_dir(overrides: list[str], config_dir: Path = ROOT / "conf") -> str:
     for o in overrides:
         if o.startswith("hydra.run.dir="):
             return o.split("=", 1)[1]
-    from hydra import compose, initialize_config_dir
-
-    import ssa_repro.config  # noqa: F401  (schemas and resolvers)
 
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)

@@ -16,8 +16,10 @@ from ssa_repro.launch import command
 from ssa_repro.models import build_model
 from ssa_repro.tasks import build_task
 from ssa_repro.training import checkpoint, curriculum
+from ssa_repro.training.metrics_log import read_metrics
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
-from ssa_repro.training.trainer import rank_data_seed, read_metrics, train
+from ssa_repro.training.setup import rank_data_seed
+from ssa_repro.training.trainer import train
 from tests.conftest import ROOT, TINY, make_cfg
 
 ARGS = [a for a in TINY if not a.startswith(("train.steps", "train.log_interval", "logger."))]

@@ -155,7 +155,8 @@ def test_flex_is_refused_where_it_cannot_run():
 
 
 def test_bf16_training_runs_on_cpu(tmp_path):
-    from ssa_repro.training.trainer import read_metrics, train
+    from ssa_repro.training.metrics_log import read_metrics
+    from ssa_repro.training.trainer import train
 
     train(make_cfg("scorer=ssa", "train.precision=bf16", "evaluation.enabled=false"), tmp_path)
     rows = read_metrics(tmp_path / "metrics.jsonl")
@@ -165,7 +166,8 @@ def test_bf16_training_runs_on_cpu(tmp_path):
 @pytest.mark.slow
 def test_compiled_training_matches_eager(tmp_path):
     """train.compile=true changes speed, not the numbers (to float32 rounding, over a few steps)."""
-    from ssa_repro.training.trainer import read_metrics, train
+    from ssa_repro.training.metrics_log import read_metrics
+    from ssa_repro.training.trainer import train
 
     base = ("scorer=ssa", "evaluation.enabled=false", "train.steps=4")
     train(make_cfg(*base), tmp_path / "eager")

@@ -29,7 +29,6 @@ LAYERS = {
     "cli": 7,
     "config": 7,
     "launch": 7,
-    "wandb_logger": 0,  # (replaced by core/tracking.py)
 }
 
 
@@ -48,8 +47,8 @@ def layer(module: str) -> int:
     return LAYERS[parts[1]]
 
 
-def imports(path: Path) -> list[tuple[str, bool, int]]:
-    """(imported ssa_repro module, inside a function?, line) for every import in ``path``."""
+def imports(path: Path) -> list[tuple[str, tuple[str, ...], bool, int]]:
+    """(module, names imported from it, inside a function?, line) for every import in ``path``."""
     tree = ast.parse(path.read_text())
     out = []
 
@@ -57,24 +56,28 @@ def imports(path: Path) -> list[tuple[str, bool, int]]:
         for child in ast.iter_child_nodes(node):
             inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.Import):
-                out.extend((a.name, in_function, child.lineno) for a in child.names)
+                out.extend((a.name, (), in_function, child.lineno) for a in child.names)
             elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
-                # "from ssa_repro.x import y" may name a submodule y: count both
-                out.append((child.module, in_function, child.lineno))
-                out.extend((f"{child.module}.{a.name}", in_function, child.lineno) for a in child.names)
+                out.append((child.module, tuple(a.name for a in child.names), in_function, child.lineno))
             visit(child, inside)
 
     visit(tree, False)
     return out
 
 
+def targets(module: str, names: tuple[str, ...], modules) -> list[str]:
+    """What an import loads from the package: ``from pkg import submodule`` counts as the submodule
+    (its package is an ancestor being initialised, not a dependency)."""
+    subs = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules]
+    return subs or ([module] if module in modules else [])
+
+
 def graph() -> dict[str, set[str]]:
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     edges: dict[str, set[str]] = {m: set() for m in modules}
     for m, path in modules.items():
-        for target, _, _ in imports(path):
-            if target in modules and target != m:
-                edges[m].add(target)
+        for module, names, _, _ in imports(path):
+            edges[m] |= {t for t in targets(module, names, modules) if t != m}
     return edges
 
 
@@ -112,9 +115,9 @@ def test_no_import_cycle():
 def test_no_package_import_hides_inside_a_function():
     hidden = []
     for path in PACKAGE.rglob("*.py"):
-        for target, in_function, line in imports(path):
-            if in_function and target.startswith("ssa_repro"):
-                hidden.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+        for module, _, in_function, line in imports(path):
+            if in_function and module.startswith("ssa_repro"):
+                hidden.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
     assert not hidden, "\n".join(hidden)
 
 
@@ -123,8 +126,8 @@ def test_no_hydra_internals(folder):
     found = [
         f"{p.relative_to(ROOT)}:{line}"
         for p in (ROOT / folder).rglob("*.py")
-        for target, _, line in imports(p)
-        if target.startswith("hydra._internal")
+        for module, _, _, line in imports(p)
+        if module.startswith("hydra._internal")
     ]
     assert not found, found
 
@@ -139,5 +142,5 @@ def test_a_known_upward_import_is_caught(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from ssa_repro.training.trainer import train\n\n\ndef f():\n    import ssa_repro.reports\n")
     found = imports(bad)
-    assert ("ssa_repro.training.trainer", False, 1) in found and ("ssa_repro.reports", True, 5) in found
+    assert ("ssa_repro.training.trainer", ("train",), False, 1) in found and ("ssa_repro.reports", (), True, 5) in found
     assert layer("ssa_repro.training.trainer") > layer("ssa_repro.scorers.ssa")

@@ -53,7 +53,8 @@ def test_bad_train_values_are_named():
 
 
 def test_grad_accum_runs_and_logs_mean_loss(tmp_path):
-    from ssa_repro.training.trainer import read_metrics, train
+    from ssa_repro.training.metrics_log import read_metrics
+    from ssa_repro.training.trainer import train
 
     cfg = make_cfg(
         "train.steps=4",
@@ -116,7 +117,7 @@ def _names(model, params):
 
 
 def test_micro_batch_indices_partition_the_data_across_ranks():
-    from ssa_repro.training.trainer import micro_batch_index
+    from ssa_repro.training.setup import micro_batch_index
 
     for accum, world in ((1, 1), (2, 1), (1, 3), (2, 4)):
         for step in range(3):

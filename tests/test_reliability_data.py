@@ -18,7 +18,7 @@ from ssa_repro.core.atomic import StorageError
 from ssa_repro.data import childes
 from ssa_repro.data.paths import CorpusError
 from ssa_repro.tasks import build_task
-from ssa_repro.validate import problems
+from ssa_repro.training.validate import problems
 from tests.conftest import HAVE_SHARED_DATA, ROOT, SHARED_DATA, TINY, make_cfg
 
 DOC = "the cat sat on the mat and looked at the dog . a dog ran in the park with a red ball ."

@@ -18,7 +18,9 @@ from ssa_repro.evaluation.store import stored
 from ssa_repro.models import build_model
 from ssa_repro.training import checkpoint
 from ssa_repro.training.checkpoint import CheckpointError
-from ssa_repro.training.trainer import TrainingDiverged, train
+from ssa_repro.training.checkpointer import TrainingDiverged
+from ssa_repro.training.metrics_log import read_metrics
+from ssa_repro.training.trainer import train
 from ssa_repro.training.validate import ConfigError
 from tests.conftest import CONF, ROOT, TINY, make_cfg
 
@@ -141,27 +143,27 @@ def test_crash_off_the_log_grid_then_resume_keeps_metrics_identical(tmp_path, mo
     """Checkpoints every 3 steps, rows every 2; the run dies right after the row of step 4 (last
     checkpoint: 3) leaving a half-written line. The resumed run drops the extra rows and its rows
     average exactly the same steps as an uninterrupted run's."""
-    from ssa_repro.training import trainer
+    from ssa_repro.training.metrics_log import MetricsLog
 
     args = ["train.steps=8", "train.ckpt_interval=3", "train.log_interval=2", "evaluation.enabled=false"]
     full, crashed = tmp_path / "full", tmp_path / "crashed"
     train(make_cfg(*args), full)
-    real = trainer._log_row
+    real = MetricsLog.append
 
-    def dying(row, stats, path, wb):
-        real(row, stats, path, wb)
+    def dying(self, row):
+        real(self, row)
         if row["step"] == 4:
-            with path.open("a") as f:
+            with self.path.open("a") as f:
                 f.write('{"step": 5, "lo')
             raise RuntimeError("killed")
 
-    monkeypatch.setattr(trainer, "_log_row", dying)
+    monkeypatch.setattr(MetricsLog, "append", dying)
     with pytest.raises(RuntimeError, match="killed"):
         train(make_cfg(*args), crashed)
-    monkeypatch.setattr(trainer, "_log_row", real)
+    monkeypatch.setattr(MetricsLog, "append", real)
     assert checkpoint.load(crashed / "checkpoints" / "last.pt")["step"] == 3
     train(make_cfg(*args), crashed)
-    rows = lambda d: [(r["step"], r["loss"]) for r in trainer.read_metrics(d / "metrics.jsonl")]  # noqa: E731
+    rows = lambda d: [(r["step"], r["loss"]) for r in read_metrics(d / "metrics.jsonl")]  # noqa: E731
     assert rows(full) == rows(crashed)
     assert [s for s, _ in rows(full)] == [2, 4, 6, 8]
 

@@ -9,19 +9,25 @@ missing ones computed and stored, figures and summary redrawn from every stored 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ssa_repro.cli import sweeps
 from ssa_repro.cli.keys import unknown_keys
+from ssa_repro.cli.train_app import log_evaluation
+from ssa_repro.core import tracking
+from ssa_repro.core.atomic import StorageError
+from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.evaluation import runner
 from ssa_repro.evaluation.loading import RunFolderError, load_run, read_config
 from ssa_repro.evaluation.loading import problems as folder_problems
+from ssa_repro.training import distributed
 from ssa_repro.training.checkpoint import CheckpointError
-from ssa_repro.training.trainer import resolve_device
+from ssa_repro.training.setup import resolve_device
 
 
 def problems(cfg: DictConfig) -> list[str]:
@@ -40,13 +46,23 @@ def _fail(found: list[str], run_dir) -> SystemExit:
     return SystemExit("Error: " + "\n  - ".join([f"cannot evaluate {run_dir}:", *found]))
 
 
+def _lock(cfg: DictConfig) -> RunLock:
+    """A shared hold on the run folder: evaluations may run side by side, never beside a training."""
+    return RunLock(Path(cfg.run_dir), f"evaluate:{cfg.eval.name}", shared=True).acquire()
+
+
 class CheckRunFirst(Callback):
-    """Check before Hydra creates anything (a typo in run_dir must not create folders)."""
+    """Check before Hydra creates anything (a typo in run_dir must not create folders), then hold
+    the run folder before Hydra writes its log folder into it."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         found = problems(config)
         if found:
             raise _fail(found, config.run_dir)
+        try:
+            self.lock = _lock(config)
+        except RunLocked as e:
+            raise SystemExit(f"Error: {e}") from None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if "basic" not in str(config.hydra.sweeper.get("_target_", "")).lower():
@@ -64,7 +80,15 @@ def main(cfg: DictConfig) -> dict:
     if found:
         raise _fail(found, cfg.run_dir)
     try:
-        run = load_run(cfg.run_dir, resolve_device(cfg.device))
-        return runner.evaluate(run, cfg.eval)
-    except (RunFolderError, CheckpointError, runner.EvaluationError) as e:
+        with _lock(cfg), distributed.exit_quietly_on_interrupt(), distributed.PreemptionGuard() as guard:
+            run = load_run(cfg.run_dir, resolve_device(cfg.device))
+            summary = runner.evaluate(run, cfg.eval, between=guard.check)
+            if summary.get("cells_computed"):  # its own W&B run, in the training run's group
+                config = OmegaConf.to_container(run.cfg, resolve=True)
+                with tracking.Tracker.for_evaluation(
+                    run.run_dir, config, summary["protocol"], summary["evaluation"]
+                ) as ev:
+                    log_evaluation(ev, summary, summary["evaluation"])
+            return summary
+    except (RunFolderError, CheckpointError, runner.EvaluationError, RunLocked, StorageError) as e:
         raise SystemExit(f"Error: {e}") from None

@@ -89,7 +89,9 @@ def explain_argv(config_dir: str | Path, config_name: str, argv: list[str]) -> s
                 return None
             except ConfigCompositionException as e:
                 cause = e.__cause__
-                if not isinstance(cause, (ConfigKeyError, ConfigAttributeError)) or not getattr(cause, "full_key", None):
+                if not isinstance(cause, (ConfigKeyError, ConfigAttributeError)) or not getattr(
+                    cause, "full_key", None
+                ):
                     return None
                 full = str(cause.full_key)
                 parent, _, key = full.rpartition(".")

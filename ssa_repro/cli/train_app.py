@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobStatus
@@ -32,17 +33,30 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ssa_repro.cli import sweeps
 from ssa_repro.cli.keys import unknown_keys
-from ssa_repro.core.atomic import write_json
+from ssa_repro.core import tracking
+from ssa_repro.core.atomic import ConfigFileError, StorageError, write_json
+from ssa_repro.core.runlock import RunLock, RunLocked
+from ssa_repro.data.paths import CorpusError
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.runner import QuickConfig
-from ssa_repro.training import distributed, validate
+from ssa_repro.training import distributed, memory, run_state, validate
 from ssa_repro.training.checkpoint import CheckpointError
-from ssa_repro.training.trainer import TrainingDiverged, preflight, resolve_device, train
+from ssa_repro.training.checkpointer import TrainingDiverged
+from ssa_repro.training.setup import plain, resolve_device
+from ssa_repro.training.trainer import run_name, train
 from ssa_repro.training.validate import ConfigError
 
 log = logging.getLogger("ssa_repro.train")
-FAILURES = (ConfigError, CheckpointError, runner.EvaluationError)
+FAILURES = (
+    ConfigError,
+    CheckpointError,
+    runner.EvaluationError,
+    RunLocked,
+    StorageError,
+    CorpusError,
+    ConfigFileError,
+)
 TAG_LEN = 64  # W&B's limit for one tag
 
 
@@ -69,6 +83,7 @@ def problems(cfg: DictConfig) -> list[str]:
     found = unknown_keys(cfg) + validate.problems(cfg)
     if found:
         return found
+    found += tracking.check(cfg.logger) + memory.problems(cfg, processes=max(1, distributed.world_size()))
     bad = [n for n in cfg.evaluation.also if n not in EVALUATORS.schemas or n == "quick"]
     if bad:
         allowed = [n for n in EVALUATORS.names() if n != "quick"]
@@ -79,12 +94,12 @@ def problems(cfg: DictConfig) -> list[str]:
     return found
 
 
-def check(cfg: DictConfig, run_dir: str | Path) -> dict | None:
-    """:func:`problems` as a ConfigError, then the run folder's state (``trainer.preflight``)."""
+def check(cfg: DictConfig, run_dir: str | Path) -> run_state.RunState:
+    """:func:`problems` as a ConfigError, then the run folder's state (``run_state.prepare``)."""
     found = problems(cfg)
     if found:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(found))
-    return preflight(cfg, run_dir)
+    return run_state.prepare(cfg, run_dir)
 
 
 class ValidateFirst(Callback):
@@ -101,8 +116,11 @@ class ValidateFirst(Callback):
                 "they start: add hydra.run.dir=<folder>, or start with `python -m ssa_repro.launch --nproc "
                 "N ...`, which does (Hydra resolves ${now:...} in each process separately)"
             )
+        run_dir = Path(str(config.hydra.run.dir))
         try:
-            check(config, Path(str(config.hydra.run.dir)))
+            check(config, run_dir)
+            if distributed.rank() == 0:  # one writer from here on, before Hydra writes .hydra/ into it
+                self.lock = RunLock(run_dir, "train").acquire()
         except FAILURES as e:
             raise SystemExit(f"Error: {e}") from None
 
@@ -149,30 +167,70 @@ class ValidateFirst(Callback):
             )
 
 
-def evaluate_after_training(cfg: DictConfig, run_dir: Path, summary: dict) -> dict:
+def log_evaluation(tracker, summary: dict, name: str) -> None:
+    """An evaluation's stored tables and figures, and its headline, to a W&B run."""
+    if not tracker.active:
+        return
+    folder = Path(summary["dir"])
+    tables = {t: pd.read_csv(folder / f"{t}.csv") for t in summary.get("tables", [])}
+    grid = (
+        {**summary["heatmap"], "table": "results", "predictor": "model"} if summary.get("heatmap") else None
+    )
+    in_dist = (summary.get("in_distribution") or {}).get("model")
+    tracker.log_evaluation(
+        name, tables, [folder / f for f in summary.get("figures", [])], grid=grid, in_distribution=in_dist
+    )
+
+
+def evaluate_after_training(cfg: DictConfig, run_dir: Path, summary: dict, tracker=None, guard=None) -> dict:
     """The end-of-run evaluations on the trained run (loaded from its folder, as ``evaluate.py``
-    would); their headline numbers are added to ``summary`` and ``summary.json``."""
+    would), logged to the job's W&B run; their headline numbers are added to ``summary`` and
+    ``summary.json`` (left untouched when a finished, evaluated run is run again)."""
     evals = end_of_run_evals(cfg)
     if not evals:
         return summary
     run = load_run(run_dir, resolve_device(cfg.device))
     results = {}
     for e in evals:
-        result = runner.evaluate(run, e)
+        result = runner.evaluate(run, e, between=guard.check if guard is not None else None)
         results[e.name] = {k: result.get(k) for k in ("evaluation", "protocol_id", "dir", "figures")}
-        results[e.name].update({k: result[k] for k in ("metric", "in_distribution", "mean", "worst") if k in result})
+        results[e.name].update(
+            {k: result[k] for k in ("metric", "in_distribution", "mean", "worst") if k in result}
+        )
         log.info("evaluation %s: %s", e.name, json.dumps(result.get("in_distribution")))
+        if tracker is not None and tracker.active:
+            log_evaluation(tracker, result, e.name)
+        elif result.get("cells_computed"):  # a finished run evaluated anew: its own eval run
+            with tracking.Tracker.for_evaluation(run_dir, plain(cfg), result["protocol"], e.name) as ev:
+                log_evaluation(ev, result, e.name)
     updated = {**summary, "evaluations": results}
-    if updated != summary:  # a finished, evaluated run that is re-run is left untouched
+    if updated != summary:
         write_json(run_dir / "summary.json", updated)
     return updated
 
 
-def run_job(cfg: DictConfig, run_dir: Path) -> dict:
-    summary = train(cfg, run_dir)
-    if distributed.rank() != 0:
-        return summary
-    return evaluate_after_training(cfg, run_dir, summary)
+def run_job(cfg: DictConfig, run_dir: str | Path) -> dict:
+    """The job: hold the run folder (one writer), train, evaluate, log; signals stop it at safe points."""
+    run_dir = Path(run_dir)
+    main = distributed.rank() == 0
+    lock = RunLock(run_dir, "train").acquire() if main else None
+    tracker = tracking.Tracker.off()
+    exit_code = 1
+    with distributed.PreemptionGuard() as guard:
+        try:
+            if main and run_state.prepare(cfg, run_dir).finished is None:
+                tracker = tracking.Tracker.for_training(cfg.logger, run_dir, plain(cfg), run_name(cfg))
+            summary = train(cfg, run_dir, tracker=tracker, guard=guard)
+            if main:
+                guard.check()  # a signal that came as training ended: do not start the evaluation
+                lock.downgrade("train+evaluate")
+                summary = evaluate_after_training(cfg, run_dir, summary, tracker, guard)
+            exit_code = 0
+            return summary
+        finally:
+            tracker.finish(exit_code)
+            if lock is not None:
+                lock.release()
 
 
 def main(cfg: DictConfig) -> dict:
@@ -180,7 +238,8 @@ def main(cfg: DictConfig) -> dict:
     run_dir = Path(hc.runtime.output_dir)
     if hc.mode != RunMode.MULTIRUN:
         try:
-            return run_job(cfg, run_dir)
+            with distributed.exit_quietly_on_interrupt():
+                return run_job(cfg, run_dir)
         except (*FAILURES, TrainingDiverged) as e:
             log.error("%s", e)
             raise SystemExit(f"Error: {e}") from None

@@ -20,7 +20,8 @@ import functools
 import hashlib
 from pathlib import Path
 
-from ssa_repro.data.paths import CorpusError, DataFileError, data_file
+from ssa_repro.data.bpe import train_bpe
+from ssa_repro.data.paths import CorpusError, DataFileError, data_file, resolve_root
 
 EOT = "<|endoftext|>"
 GPT2_FILES = ("tokenizers/gpt2/encoder.json", "tokenizers/gpt2/vocab.bpe")
@@ -114,8 +115,6 @@ def build_tokenizer(task_cfg, data_cfg) -> TextTokenizer:
     kind = getattr(task_cfg.tokenizer, "value", task_cfg.tokenizer)
     if kind == "gpt2":
         return GPT2Tokenizer(data_cfg.root)
-    from ssa_repro.data.bpe import train_bpe
-    from ssa_repro.data.paths import resolve_root
 
     train = data_file(data_cfg.root, task_cfg.train_file)
     tok = train_bpe([train], task_cfg.bpe_vocab, resolve_root(data_cfg.cache_dir), special_tokens=(EOT,))

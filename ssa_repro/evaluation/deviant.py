@@ -477,6 +477,9 @@ class Deviant(Evaluator):
             )
         return figs
 
+    def heatmap(self) -> dict | None:
+        return {"rows": "M", "cols": "k", "metric": "sequence_error" if self.task.classification else "mse"}
+
     def summarize(self, frames) -> dict:
         grid = frames["results"]
         main = "sequence_error" if self.task.classification else "mse"

@@ -192,7 +192,9 @@ class GridEvaluation(Evaluator):
         for predictor, metrics in per_prompt.items():
             for metric, values in metrics.items():
                 v = torch.cat(values).double().cpu().numpy()
-                rows.append({**base, **cell, "predictor": predictor, "metric": metric, **summarize(v, kinds[metric])})
+                rows.append(
+                    {**base, **cell, "predictor": predictor, "metric": metric, **summarize(v, kinds[metric])}
+                )
         return rows
 
     def _position_rows(self, shift: dict, length: int, errs: dict[str, list], base: dict) -> list[dict]:
@@ -219,14 +221,18 @@ class GridEvaluation(Evaluator):
         """{predictor: {metric: [B]}} for the model and each baseline on one batch."""
         out = {"model": self.task.prompt_metrics(pred, batch, self.cfg.skip_first)}
         for name in self.cfg.baselines:
-            guess = BASELINES[name](batch.xs, batch.ys).to(pred.device)[:, batch.pred_idx // self.task.stride()]
+            guess = BASELINES[name](batch.xs, batch.ys).to(pred.device)[
+                :, batch.pred_idx // self.task.stride()
+            ]
             out[name] = self.task.prompt_metrics(guess, batch, self.cfg.skip_first)
         return out
 
     def _position_errors(self, batch, pred) -> dict[str, torch.Tensor]:
         out = {"model": self.task.error(pred, batch.targets)}
         for name in self.cfg.baselines:
-            guess = BASELINES[name](batch.xs, batch.ys).to(pred.device)[:, batch.pred_idx // self.task.stride()]
+            guess = BASELINES[name](batch.xs, batch.ys).to(pred.device)[
+                :, batch.pred_idx // self.task.stride()
+            ]
             out[name] = self.task.error(guess, batch.targets)
         return out
 
@@ -293,6 +299,9 @@ class GridEvaluation(Evaluator):
     def tables(self) -> tuple[str, ...]:
         return ("results", "by_position")
 
+    def heatmap(self) -> dict | None:
+        return {"rows": self.spec.rows, "cols": self.spec.cols, "metric": self.spec.headline}
+
     # ------------------------------------------------------------------ figures and summary
     def _model(self, frames, metric=None) -> pd.DataFrame:
         r = frames["results"]
@@ -343,7 +352,9 @@ class GridEvaluation(Evaluator):
                 sigmas = sorted(pos.sigma_x.unique())
                 picked = sorted({sigmas[round(i * (len(sigmas) - 1) / 5)] for i in range(6)})
                 acc = pos[(pos.predictor == "model") & pos.sigma_x.isin(picked)]
-                acc = acc[acc.length == acc.length.max()].assign(value=lambda f: 1 - f["value"], metric="accuracy")
+                acc = acc[acc.length == acc.length.max()].assign(
+                    value=lambda f: 1 - f["value"], metric="accuracy"
+                )
                 figs.append(
                     plotting.curves(
                         acc,

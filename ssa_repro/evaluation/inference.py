@@ -40,5 +40,3 @@ def predict_batches(model, batches: list) -> list[torch.Tensor]:
         xs=first.xs[:0],
     )
     return list(predict(model, joined).split([len(b.tokens) for b in batches]))
-
-

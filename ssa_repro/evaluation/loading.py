@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from ssa_repro.models import Transformer, build_model
 from ssa_repro.tasks import Task, build_task
 from ssa_repro.training import checkpoint
-from ssa_repro.training.trainer import config_mismatches
+from ssa_repro.training.run_state import config_mismatches
 
 
 class RunFolderError(ValueError):
@@ -41,7 +41,9 @@ class LoadedRun:
     @property
     def title(self) -> str:
         """task · scorer · model · seed (figure titles add the step of the cells they show)."""
-        return f"{self.cfg.task.name} · {self.labels['scorer']} · {self.cfg.model.name} · seed {self.cfg.seed}"
+        return (
+            f"{self.cfg.task.name} · {self.labels['scorer']} · {self.cfg.model.name} · seed {self.cfg.seed}"
+        )
 
 
 def problems(run_dir: str | Path) -> list[str]:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ssa_repro.data.paths import data_file
+from ssa_repro.evaluation.perplexity import windows
 
 
 # --------------------------------------------------------------------------- the model side
@@ -94,7 +95,6 @@ class TokenLM:
     def loglikelihood_rolling(self, texts: list[str]) -> list[float]:
         """Log-likelihood of each whole text: ``<|endoftext|>`` + tokens, disjoint windows of
         ``max_length`` predictions (lm-eval's rolling windows with a context length of 1)."""
-        from ssa_repro.evaluation.perplexity import windows
 
         out = []
         for text in texts:

@@ -74,6 +74,11 @@ class Evaluator:
     def summarize(self, frames: dict[str, pd.DataFrame]) -> dict:
         return {}
 
+    def heatmap(self) -> dict | None:
+        """The heat map's layout ``{"rows", "cols", "metric"}`` of the ``results`` table, if it has one
+        (for dashboards and comparisons)."""
+        return None
+
     def tables(self) -> tuple[str, ...]:
         """The tables ``compute`` writes (``results`` first)."""
         return ("results",)

@@ -115,7 +115,9 @@ def _keys(schema) -> list[str]:
 def build(cfg, run_cfg) -> tuple[Evaluator | None, list[str]]:
     """The evaluator for ``cfg`` on the run whose config is ``run_cfg``, resolved, and its problems."""
     if run_cfg.task.name not in TASKS:
-        return None, [f"the run's task {run_cfg.task.name!r} is not registered; known: {', '.join(TASKS.names())}"]
+        return None, [
+            f"the run's task {run_cfg.task.name!r} is not registered; known: {', '.join(TASKS.names())}"
+        ]
     task = build_task(run_cfg.task)
     preset = cfg.name
     cfg, found = _concrete(cfg, run_cfg, task)
@@ -143,8 +145,9 @@ def store_of(run_dir, ev: Evaluator) -> Store:
     return Store(run_dir, ev.name, ev.protocol(), list(ev.coords))
 
 
-def evaluate(run: LoadedRun, cfg) -> dict:
-    """Evaluate ``run`` (compute the missing cells, store them, redraw); returns the summary."""
+def evaluate(run: LoadedRun, cfg, between=None) -> dict:
+    """Evaluate ``run`` (compute the missing cells, store them, redraw); returns the summary.
+    ``between()`` is called after each stored batch of cells (a safe point to stop at on a signal)."""
     ev, found = build(cfg, run.cfg)
     if found:
         raise EvaluationError("\n  - ".join([f"cannot run eval={cfg.name} on {run.run_dir}:", *found]))
@@ -174,6 +177,8 @@ def evaluate(run: LoadedRun, cfg) -> dict:
             with Progress(len(missing), ev.name) as bar:
                 for tables in ev.compute(run, missing, bar):
                     store.write({k: v.assign(**tags) for k, v in tables.items() if v is not None and len(v)})
+                    if between is not None:
+                        between()
         finally:
             run.model.train(was_training)
     seconds = time.perf_counter() - t0
@@ -216,6 +221,8 @@ def redraw(store: Store, ev: Evaluator, title: str) -> dict:
             "steps": sorted(int(s) for s in results["step"].unique()) if len(results) else [],
             "dir": str(store.dir),
             "figures": [p.name for p in figures],
+            "tables": [t for t in ev.tables() if len(frames[t])],
+            "heatmap": ev.heatmap(),
             **ev.summarize(latest),
         }
         write_json(store.dir / "summary.json", summary)

@@ -20,5 +20,3 @@ def sample_batches(task, g, n_batches, batch_size, length, device, shift=None):
     """Prompts drawn on the CPU (reproducible across devices), then moved to the model's device."""
     for _ in range(n_batches):
         yield task.sample(batch_size, length, g, "cpu", shift).to(device)
-
-

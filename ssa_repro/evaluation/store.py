@@ -128,7 +128,9 @@ class Store:
         return set(map(tuple, _key_frame(frame, self.coords).drop(columns="step").itertuples(index=False)))
 
     def cell_key(self, cell: dict) -> tuple:
-        return tuple("∅" if cell.get(c) is None or cell.get(c) != cell.get(c) else cell[c] for c in self.coords)
+        return tuple(
+            "∅" if cell.get(c) is None or cell.get(c) != cell.get(c) else cell[c] for c in self.coords
+        )
 
 
 def stored(run_dir: str | Path, name: str | None = None) -> list[Store]:

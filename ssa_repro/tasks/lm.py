@@ -30,6 +30,10 @@ import torch.nn.functional as F
 from omegaconf import II
 
 from ssa_repro.core.enums import value_of
+from ssa_repro.data import corpus as C
+from ssa_repro.data.corpus import cached_meta, scan
+from ssa_repro.data.paths import DataFileError, data_file, resolve_root
+from ssa_repro.data.tokenizer import GPT2_FILES, build_tokenizer, gpt2_file_problems, required_vocab
 from ssa_repro.tasks.base import Batch, Evaluation, Task
 from ssa_repro.tasks.registry import TASKS
 
@@ -76,22 +80,16 @@ class LMTask(Task):
     @property
     def tokenizer(self):
         if self._tok is None:
-            from ssa_repro.data.tokenizer import build_tokenizer
-
             self._tok = build_tokenizer(self.cfg, _DataCfg(self.cfg.data_root, self.cfg.cache_dir))
         return self._tok
 
     def _cache(self) -> Path:
-        from ssa_repro.data.paths import resolve_root
 
         return resolve_root(self.cfg.cache_dir)
 
     def corpus(self, split: str):
         """``train`` / ``heldout`` (from train_file) or ``valid`` / ``test`` (whole files)."""
         if split not in self._corpora:
-            from ssa_repro.data import corpus as C
-            from ssa_repro.data.paths import data_file
-
             root = self.cfg.data_root
             if split in ("train", "heldout"):
                 path = data_file(root, self.cfg.train_file)
@@ -196,9 +194,6 @@ class LMTask(Task):
 
     # ------------------------------------------------------------------ checks
     def check(self, cfg) -> list[str]:
-        from ssa_repro.data.corpus import cached_meta
-        from ssa_repro.data.paths import DataFileError, data_file
-        from ssa_repro.data.tokenizer import GPT2_FILES, required_vocab
 
         t, m, out = cfg.task, cfg.model, []
         need = required_vocab(t)
@@ -226,8 +221,6 @@ class LMTask(Task):
                 out.append(str(e))
         if out:
             return out
-        from ssa_repro.data.corpus import scan
-        from ssa_repro.data.tokenizer import gpt2_file_problems
 
         damaged = gpt2_file_problems(cfg.data.root) if kind == "gpt2" else []
         out += _corpus_problems(cfg) + damaged
@@ -239,8 +232,6 @@ class LMTask(Task):
         ctx = t.context
         meta = None
         if kind == "gpt2":
-            from ssa_repro.data.paths import resolve_root
-
             meta = cached_meta(train, "gpt2-r50k", resolve_root(cfg.data.cache_dir), _doc_settings(t))
         n = meta["splits"]["train"]["tokens"] if meta else train.stat().st_size
         what = "tokens" if meta else "bytes (an upper bound on its tokens)"
@@ -273,8 +264,6 @@ def _corpus_problems(cfg) -> list[str]:
     """Empty corpora, and a training file with too few documents to hold one out, from a scan of the
     files (no tokenising; remembered per file version): each message names the key, the file and what
     to do. Invalid UTF-8 is not a problem here: it is replaced and counted when the corpus is read."""
-    from ssa_repro.data.corpus import scan
-    from ssa_repro.data.paths import data_file
 
     t, out = cfg.task, []
     train = data_file(cfg.data.root, t.train_file)

@@ -51,7 +51,6 @@ log = logging.getLogger("ssa_repro.mlm")
 AO_CHILDES_KNOWN_AGE_LINES = 162_130  # ../shared/data/README.md: lines with a known child age
 
 
-
 @dataclass
 class MLMTaskConfig:
     name: str = "mlm"
@@ -380,4 +379,3 @@ def _corpus_problems(cfg, corpus: Path, exact: bool) -> list[str]:
             f"be scored on nothing; {fewer} (no held-out split), or use a larger corpus"
         ]
     return []
-

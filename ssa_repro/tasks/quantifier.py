@@ -71,7 +71,12 @@ QUANTIFIER_EVALUATION = Evaluation(
             "n_samples": 100,
             "batch_size": 64,
         },
-        quick={"sigmas": [1.0, 2.0, 4.0, 8.0], "lengths": [10, 20, 40, 80], "n_samples": 10, "batch_size": 64},
+        quick={
+            "sigmas": [1.0, 2.0, 4.0, 8.0],
+            "lengths": [10, 20, 40, 80],
+            "n_samples": 10,
+            "batch_size": 64,
+        },
         metrics=(Metric("sequence_error"), Metric("token_error")),
         headline="sequence_error",
         by_position="token_error",

@@ -39,6 +39,8 @@ import torch
 
 from ssa_repro.core.enums import value_of
 from ssa_repro.models.transformer import MODELS
+from ssa_repro.scorers import build_scorer
+from ssa_repro.tasks import build_task
 
 FLOAT32 = 4
 ATTENTION_TENSORS = {"softmax": 0, "ssa": 3}  # [B, H, T, T] float32 tensors kept per layer by the fast path
@@ -49,7 +51,6 @@ PLAIN_ATTENTION_TENSORS = 4  # the plain path (logits, transformed logits, weigh
 def scorer_parameters(scorer_cfg, n_head: int) -> int:
     """Trainable scalars of one attention layer's scorer (SSA's b and n: 2 per head, ...): the scorer
     module alone is built (a few numbers), never the model."""
-    from ssa_repro.scorers import build_scorer
 
     return sum(p.numel() for p in build_scorer(scorer_cfg, n_head).parameters())
 
@@ -84,7 +85,6 @@ def parameter_count(model_cfg, scorer_cfg) -> int:
 def _tokens(cfg) -> int:
     """The longest training sequence: the task's tokens at the curriculum's end (ICL), task.context
     (lm), task.max_length (mlm); never more than the model's positions."""
-    from ssa_repro.tasks import build_task
 
     task = build_task(cfg.task)
     return min(int(task.n_tokens(int(cfg.curriculum.end))), int(cfg.model.max_positions))

@@ -9,6 +9,7 @@ from omegaconf import DictConfig
 from ssa_repro.core import distributions as D
 from ssa_repro.models import MODELS
 from ssa_repro.scorers import SCORERS
+from ssa_repro.scorers.base import Scorer
 from ssa_repro.tasks import TASKS, build_task
 
 
@@ -85,6 +86,8 @@ def problems(cfg: DictConfig) -> list[str]:
         out.append(
             f"train.weight_decay={tr.weight_decay} needs train.optimizer=adamw (adam has no decoupled decay)"
         )
+    if str(tr.compile).lower() not in ("auto", "true", "false"):
+        out.append(f"train.compile={tr.compile!r} is not allowed; allowed: auto, true, false")
     if tr.keep_every < 0:
         out.append(f"train.keep_every={tr.keep_every} must be >= 0 (0: keep only last.pt)")
     elif tr.keep_every and tr.ckpt_interval >= 1 and tr.keep_every % tr.ckpt_interval:
@@ -116,7 +119,6 @@ def problems(cfg: DictConfig) -> list[str]:
 
 
 def _has_score_mod(name: str) -> bool:
-    from ssa_repro.scorers.base import Scorer
 
     return SCORERS.get(name).score_mod is not Scorer.score_mod
 

@@ -1,0 +1,115 @@
+"""Saving and restoring the whole training state, and refusing to save a diverged one.
+
+:class:`LossWindow` keeps the losses of the current log interval on the training device (no host sync
+per step on a GPU); :meth:`LossWindow.check` finds the first non-finite one and names its step. The
+window is saved with each checkpoint, so the metrics row after a resume averages the same steps as
+without one.
+
+:class:`Checkpointer` writes ``checkpoints/last.pt`` (and ``step_XXXXXXX.pt`` every
+``train.keep_every``): model, optimizer, step, loss window, the RNG states (torch CPU, CUDA, and every
+rank's prompt generator) and the config; only after checking that the losses and weights are finite
+(:class:`TrainingDiverged` names the step and the last good checkpoint). Restoring puts all of it back,
+so a resumed run continues exactly where the saved one was (on CPU, bit for bit).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ssa_repro.training import checkpoint
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the weights became non-finite; the message names the step and the last good checkpoint."""
+
+
+class LossWindow:
+    """The losses since the last log row, on the device: [log_interval] with ``filled`` entries."""
+
+    def __init__(self, size: int, device):
+        self.values = torch.zeros(size, device=device)
+        self.filled = 0
+
+    def add(self, loss: torch.Tensor) -> None:
+        self.values[self.filled] = loss
+        self.filled += 1
+
+    def mean(self) -> float:
+        return self.values[: self.filled].mean().item()
+
+    def reset(self) -> None:
+        self.filled = 0
+
+    def saved(self) -> torch.Tensor:
+        return self.values[: self.filled].cpu()
+
+    def restore(self, saved: torch.Tensor) -> None:
+        self.filled = len(saved)
+        self.values[: self.filled] = saved.to(self.values.device)
+
+    def check(self, step: int, last_good: str) -> None:
+        """Raise TrainingDiverged at the first non-finite loss (``step`` is the current step)."""
+        vals = self.saved()
+        bad = (~torch.isfinite(vals)).nonzero()
+        if len(bad):
+            raise TrainingDiverged(
+                f"non-finite loss ({vals[bad[0]].item()}) at step {step - self.filled + int(bad[0]) + 1}; "
+                f"training stopped; last good checkpoint: {last_good}"
+            )
+
+
+class Checkpointer:
+    def __init__(
+        self, path: Path, model, opt, gen: torch.Generator, device, dd, config: dict, keep_every: int
+    ):
+        self.path, self.model, self.opt, self.gen = Path(path), model, opt, gen
+        self.device, self.dd, self.config, self.keep_every = device, dd, config, keep_every
+        self.last_good: int | None = None
+
+    def describe_last_good(self) -> str:
+        return f"{self.path} (step {self.last_good})" if self.last_good is not None else "none was written"
+
+    def restore(self, state: dict, window: LossWindow) -> int:
+        """Put a checkpoint's state back (strict: a missing scorer parameter is an error); the step."""
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        ranks = state["rng"].get("data_ranks")
+        self.gen.set_state(ranks[self.dd.rank] if ranks else state["rng"]["data"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if self.device.type == "cuda" and state["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+        window.restore(state["loss_window"])
+        self.last_good = int(state["step"])
+        return self.last_good
+
+    def save(self, step: int, window: LossWindow) -> None:
+        """Check finiteness, gather every rank's prompt stream (a collective), write (rank 0)."""
+        window.check(step, self.describe_last_good())
+        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+            raise TrainingDiverged(
+                f"non-finite weights after step {step}; training stopped; last good checkpoint: "
+                f"{self.describe_last_good()}"
+            )
+        gen_states = self.dd.gather(self.gen.get_state().cpu())
+        self.last_good = step
+        if not self.dd.main:
+            return
+        payload = {
+            "step": step,
+            "device_type": self.device.type,
+            "loss_window": window.saved(),
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "rng": {
+                "data": self.gen.get_state(),
+                "data_ranks": gen_states if self.dd.enabled else None,
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+            },
+            "config": self.config,
+        }
+        checkpoint.save(self.path, payload)
+        if self.keep_every and step % self.keep_every == 0:
+            checkpoint.save(self.path.with_name(f"step_{step:07d}.pt"), payload)
