@@ -19,6 +19,7 @@ Rows carry the run's labels (task, scorer, model, seed, step), ``eval``, ``proto
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -113,7 +114,10 @@ def _keys(schema) -> list[str]:
 
 
 def build(cfg, run_cfg) -> tuple[Evaluator | None, list[str]]:
-    """The evaluator for ``cfg`` on the run whose config is ``run_cfg``, resolved, and its problems."""
+    """The evaluator for ``cfg`` (a config, or a schema instance such as ``GridConfig(sigmas=[1, 5])``)
+    on the run whose config is ``run_cfg``, resolved, and its problems."""
+    if dataclasses.is_dataclass(cfg):
+        cfg = OmegaConf.structured(cfg)
     if run_cfg.task.name not in TASKS:
         return None, [
             f"the run's task {run_cfg.task.name!r} is not registered; known: {', '.join(TASKS.names())}"
