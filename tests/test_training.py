@@ -185,6 +185,7 @@ def test_sigkill_and_resume_match_uninterrupted(tmp_path):
     args = [a for a in TINY if not a.startswith("train.steps")] + [
         "model.n_embd=32",
         "train.steps=3000",
+        "train.compile=false",  # (train.compile=auto would compile a run this long; exactness is the point here)
         "train.ckpt_interval=50",
         "train.log_interval=50",
         "evaluation.enabled=false",

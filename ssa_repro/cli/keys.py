@@ -73,9 +73,50 @@ def _first_values(argv: list[str]) -> list[str]:
     return out
 
 
+# Hydra's own flags whose next argument is a value, not an override
+FLAGS_WITH_VALUE = {
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--info",
+    "-i",
+    "--experimental-rerun",
+}
+INFO_WORDS = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath", "job", "hydra"}
+
+
+def stray_word(argv: list[str]) -> str | None:
+    """An argument that is not key=value where an override is expected: usually the second half of a
+    value with a space in it that was not quoted."""
+    for i, a in enumerate(argv):
+        if a.startswith("-") or "=" in a:
+            continue
+        if i and (argv[i - 1] in FLAGS_WITH_VALUE or a in INFO_WORDS and argv[i - 1].startswith("-")):
+            continue
+        before = argv[i - 1] if i else ""
+        example = (
+            f"'{before.split('=', 1)[0]}=\"{before.split('=', 1)[1]} {a}\"'"
+            if "=" in before
+            else "'key=\"a b\"'"
+        )
+        return f"{a!r} is not key=value: a value with a space must be quoted, e.g. {example}"
+    return None
+
+
 def explain_argv(config_dir: str | Path, config_name: str, argv: list[str]) -> str | None:
     """A message for a command line whose composition fails on an unknown key, naming the node's
-    valid keys; None when it composes (or fails for another reason, which Hydra then reports)."""
+    valid keys (or with a stray word, an unquoted space); None when it composes (or fails for another
+    reason, which Hydra then reports)."""
+    stray = stray_word(argv)
+    if stray:
+        return stray
     try:
         overrides = _first_values(argv)
     except OverrideParseException:

@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from ssa_repro.cli import sweeps
 from ssa_repro.cli.keys import unknown_keys
 from ssa_repro.core import tracking
-from ssa_repro.core.atomic import ConfigFileError, StorageError, write_json
+from ssa_repro.core.atomic import ConfigFileError, StorageError, write_json, write_text
 from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.data.paths import CorpusError
 from ssa_repro.evaluation import EVALUATORS, runner
@@ -255,7 +255,7 @@ def main(cfg: DictConfig) -> dict:
     except Exception as e:
         # a normal exception (not SystemExit): Hydra records it and the sweep goes on with the next job
         if run_dir.is_dir():
-            failed.write_text(f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}")
+            write_text(failed, f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}")
         if isinstance(e, (*FAILURES, TrainingDiverged)):
             raise JobFailed(f"{run_dir}: {e}") from None
         raise

@@ -184,8 +184,12 @@ class _Dot(dict):
 
 
 # ------------------------------------------------------------------------------------------ collect
-def collect(paths, eval: str = "auto", metric: str | None = None, group_by=None) -> Comparison:  # noqa: A002
-    """Read the runs (or the sweep) and check they can be compared; all errors come before any figure."""
+def collect(
+    paths, eval: str = "auto", metric: str | None = None, group_by=None, at: dict | None = None
+) -> Comparison:  # noqa: A002
+    """Read the runs (or the sweep) and check they can be compared; all errors come before any figure.
+    ``at`` picks the value of a coordinate that is not an axis (e.g. ``{"length": 10}``) where the
+    results hold several; by default the largest value all runs share."""
     runs, sweep, missing = find(paths)
     if not runs:
         raise ReportError(f"no job folder of {sweep} has a config.yaml yet (nothing started)")
@@ -230,6 +234,21 @@ def collect(paths, eval: str = "auto", metric: str | None = None, group_by=None)
     if not used:
         raise ReportError(f"no run holds results of {name}/{pid}")
 
+    # a coordinate other than the two axes with several values: one slice (the largest shared, or --at)
+    notes = []
+    for coord in ("sigma_f", "sigma_x", "length", "M", "k"):
+        if coord in (rows, cols) or not all(coord in f for f in frames.values()):
+            continue
+        held = [{float(v) for v in f[coord].dropna()} for f in frames.values()]
+        if max(len(h) for h in held) <= 1:
+            continue
+        shared_values = sorted(set.intersection(*held))
+        pick = float((at or {}).get(coord, shared_values[-1] if shared_values else max(max(h) for h in held)))
+        notes.append(
+            f"{coord} has several values ({', '.join(f'{v:g}' for v in sorted(set.union(*held)))}): compared at "
+            f"{coord}={pick:g} (choose another with --at {coord}=<value>)"
+        )
+        frames = {p: f[f[coord].astype(float) == pick] for p, f in frames.items()}
     # the cells every run shares; the others are listed
     keys = {p: set(zip(f[rows].astype(float), f[cols].astype(float))) for p, f in frames.items()}
     shared = set.intersection(*keys.values())
@@ -255,7 +274,7 @@ def collect(paths, eval: str = "auto", metric: str | None = None, group_by=None)
             )
     steps = {r.path: int(frames[r.path]["step"].iloc[0]) for r in used}
 
-    notes, common = [], []
+    common: list[str] = []
     if sweep is not None:
         expected = expected_jobs(sweep) or []
         present = [set(r.overrides or []) for r in runs] + [
@@ -497,6 +516,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--group-by", default=None, help="for run lists: config keys whose runs are averaged as seeds"
     )
+    p.add_argument(
+        "--at",
+        default=None,
+        help="key=value of a coordinate that is not an axis (e.g. length=40): the slice to compare",
+    )
     return p
 
 
@@ -510,7 +534,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         group_by = [k.strip() for k in args.group_by.split(",")] if args.group_by else None
-        comp = collect(args.paths, eval=args.eval, metric=args.metric, group_by=group_by)
+        at = None
+        if args.at:
+            key, _, value = args.at.partition("=")
+            at = {key.strip(): float(value)}
+        comp = collect(args.paths, eval=args.eval, metric=args.metric, group_by=group_by, at=at)
         base = resolve_baseline(comp, args.baseline)
         out = Path(args.out) if args.out else default_out_dir(comp)
         t_read = time.perf_counter() - t0

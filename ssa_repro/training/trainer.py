@@ -41,14 +41,15 @@ from ssa_repro.training.setup import micro_batch_index, plain, rank_data_seed, r
 
 log = logging.getLogger("ssa_repro.train")
 
-# train.compile=auto compiles the model when the run has at least this many steps left: below it the
-# one-off compile time (about 40 s on the 2-core CPU for the default model) outweighs the saving.
+# train.compile=auto compiles the model when the run has at least this many steps (train.steps, not the
+# steps left: a resumed run decides as the uninterrupted one did, so their numbers stay equal): below it
+# the one-off compile time outweighs the saving.
 COMPILE_AUTO_MIN_STEPS = 3000
 
 
-def should_compile(setting, steps_left: int) -> bool:
+def should_compile(setting, steps: int) -> bool:
     value = str(setting).lower()
-    return value == "true" or (value == "auto" and steps_left >= COMPILE_AUTO_MIN_STEPS)
+    return value == "true" or (value == "auto" and steps >= COMPILE_AUTO_MIN_STEPS)
 
 
 def run_name(cfg) -> str:
@@ -163,7 +164,7 @@ def train(cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None) -> dic
         ddp = forward = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
-    compiled = should_compile(tr.compile, tr.steps - step)
+    compiled = should_compile(tr.compile, tr.steps)
     if compiled:  # the forward only: state_dict keys, checkpoints and evaluation stay the same
         forward = torch.compile(forward)
 
