@@ -55,7 +55,13 @@ def test_a_damaged_provenance_file_is_named(tmp_path):
 @pytest.mark.slow
 def test_a_second_writer_is_refused_at_once_and_the_first_finishes(tmp_path):
     run = tmp_path / "run"
-    args = ["train.steps=3000", "train.log_interval=100", "evaluation.enabled=false", f"hydra.run.dir={run}"]
+    args = [
+        "train.steps=1500",
+        "train.compile=false",
+        "train.log_interval=100",
+        "evaluation.enabled=false",
+        f"hydra.run.dir={run}",
+    ]
     first = subprocess.Popen(
         [sys.executable, str(ROOT / "train.py"), *TINY, *args],
         cwd=ROOT,
@@ -68,7 +74,7 @@ def test_a_second_writer_is_refused_at_once_and_the_first_finishes(tmp_path):
         while not (run / "metrics.jsonl").exists() and time.time() < deadline and first.poll() is None:
             time.sleep(0.05)
         t0 = time.time()
-        second = _train(*args, "scorer=ssa", timeout=120)  # another scorer into the same folder
+        second = _train(*args, timeout=120)  # the same command again: it would resume and train too
         assert time.time() - t0 < 30  # refused at once, not after training
         assert second.returncode != 0
         assert f"pid {first.pid}" in second.stderr and "train.py" in second.stderr, second.stderr
@@ -76,8 +82,6 @@ def test_a_second_writer_is_refused_at_once_and_the_first_finishes(tmp_path):
     finally:
         if first.poll() is None:
             first.kill()
-    cfg = (run / "config.yaml").read_text()
-    assert "label: softmax" in cfg and "ssa" not in cfg  # the folder holds one run, the first's
     steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps))  # no row written twice
 
@@ -85,7 +89,7 @@ def test_a_second_writer_is_refused_at_once_and_the_first_finishes(tmp_path):
 @pytest.mark.slow
 def test_sigterm_during_the_end_of_run_evaluation_stops_it_non_zero(tmp_path):
     run = tmp_path / "run"
-    args = ["train.steps=2", "evaluation.also=[deviant]", f"hydra.run.dir={run}"]  # a long evaluation after
+    args = ["train.steps=2", "curriculum.end=12", "evaluation.also=[deviant]", f"hydra.run.dir={run}"]
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "train.py"), *TINY, *args],
         cwd=ROOT,

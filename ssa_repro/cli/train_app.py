@@ -117,10 +117,13 @@ class ValidateFirst(Callback):
                 "N ...`, which does (Hydra resolves ${now:...} in each process separately)"
             )
         run_dir = Path(str(config.hydra.run.dir))
+        found = problems(config)
+        if found:
+            raise SystemExit("Error: invalid config:\n  - " + "\n  - ".join(found))
         try:
-            check(config, run_dir)
             if distributed.rank() == 0:  # one writer from here on, before Hydra writes .hydra/ into it
                 self.lock = RunLock(run_dir, "train").acquire()
+            run_state.prepare(config, run_dir)  # what the folder holds (read under the lock)
         except FAILURES as e:
             raise SystemExit(f"Error: {e}") from None
 
