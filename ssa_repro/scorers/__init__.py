@@ -5,8 +5,11 @@ import inspect
 from ssa_repro.scorers import (  # noqa: F401  (fill the registry)
     cosformer,
     hybrid,
+    relu_len,
     sa_softmax,
+    sigmoid,
     softmax,
+    softpick,
     softplus,
     sparse,
     ssa,
