@@ -3,17 +3,20 @@
 import inspect
 
 from ssa_repro.scorers import (  # noqa: F401  (fill the registry)
+    cog,
     cosformer,
     hybrid,
     relu_len,
     sa_softmax,
     sigmoid,
     softmax,
+    softmax_sink,
     softpick,
     softplus,
     sparse,
     ssa,
     ssmax,
+    stickbreaking,
     temperature,
 )
 from ssa_repro.scorers.base import Scorer
