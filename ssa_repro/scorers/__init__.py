@@ -5,6 +5,7 @@ import inspect
 from ssa_repro.scorers import (  # noqa: F401  (fill the registry)
     cog,
     cosformer,
+    diff,
     hybrid,
     relu_len,
     sa_softmax,
