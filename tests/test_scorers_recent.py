@@ -17,7 +17,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ssa_repro.models import build_model
-from ssa_repro.scorers import SCORERS, build_scorer
+from ssa_repro.scorers import SCORERS, Scorer, build_scorer
 from tests.conftest import make_cfg
 
 H = 3
@@ -111,6 +111,8 @@ def test_flags():
     assert [n for n in SCORERS.names() if get(n).causal_only] == ["stickbreaking"]
     assert {n for n in SCORERS.names() if get(n).signed} == {"cog", "diff"}
     assert not any(get(n).rows_sum_to_one for n in RECENT)
+    # none is softmax(f(x)) of one logit, so none is a FlexAttention score_mod (model.attn_impl=flex refuses)
+    assert all(get(n).score_mod is Scorer.score_mod for n in RECENT)
 
 
 # ----------------------------------------------------------------------------- sigmoid
@@ -224,13 +226,17 @@ def test_softpick_masked_keys_do_not_count():
 
 def test_softpick_finite_where_the_literal_form_overflows():
     s = make("softpick", n_head=1)
-    x = torch.tensor([[[[1e4, 50.0, 0.0, -3.0], [-1e4, -2e3, -1e4, -50.0], [200.0, 200.0, -1.0, 1.0]]]])
+    x = torch.tensor([[[[1e4, 50.0, 0.0, -3.0], [-1e4, -2e3, -1e4, -100.0], [200.0, 200.0, -1.0, 1.0]]]])
+    x.requires_grad_(True)
     w = s(x, None)  # float32
     assert torch.isfinite(w).all()
     close(w[0, 0, 0], [1.0, 0.0, 0.0, 0.0], atol=1e-7)
-    assert (w[0, 0, 1] == 0).all()  # the reference gives NaN here (e^{−m} = e^{1e4})
+    # row max −100: the reference's e^{−m} = e^{100} is inf in float32 (weights 0, gradients NaN)
+    assert (w[0, 0, 1] == 0).all()
+    (w * torch.arange(12.0).view(1, 1, 3, 4)).sum().backward()
+    assert torch.isfinite(x.grad).all()
     close(w[0, 0, 2], [0.5, 0.5, 0.0, 0.0], atol=1e-7)
-    x64 = x.double()[:, :, [0, 2]]  # rows with a positive max: the reference's form is finite there
+    x64 = x.detach().double()[:, :, [0, 2]]  # rows with a positive max: the reference's form is finite there
     close(make("softpick", n_head=1).double()(x64, None), softpick_reference_form_np(x64, None), atol=1e-15)
 
 

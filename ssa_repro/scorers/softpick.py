@@ -11,7 +11,8 @@ query whenever its one logit is <= 0). Masked keys get 0 and add nothing to the 
 Computed stably, as in the reference, by multiplying numerator and denominator by e^{−M}:
 e^{−M}(e^x − 1) = e^{x−M} − e^{−M}. The reference takes M = the row max m; here M = max(m, 0), which
 gives the same weights wherever the reference's are finite (if m < 0 every numerator is 0 either way)
-and avoids e^{−m} = inf for rows of very negative logits (the reference gives NaN there). The
+and avoids e^{−m} = inf for rows of very negative logits (m < −88 in float32: the reference's weights
+are still 0 there, but its gradients are NaN). The
 difference e^{x−M} − e^{−M} is formed without cancellation: e^{−M}·expm1(x) for x < 0 and
 e^{x−M}·(−expm1(−x)) for x >= 0, each bounded by 1.
 
