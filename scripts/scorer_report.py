@@ -9,7 +9,8 @@ Writes into --out:
     saturation.csv / .md   weight on one key whose logit beats the other N − 1 (at 0) by g, for every
                            option in conf/scorer at its initial parameters, plus uniform averaging
     base_functions.png/.pdf  SSA's base function (1 + b|x|)^(sgn(x)·n) for several (b, n) against exp(x)
-                           (the paper's figure 10)
+                           (the paper's figure 10); base_functions_other.png/.pdf those of the other
+                           scorers (sigmoid, softpick, relu, cog's signed e^|x|)
     cost.csv / .md         median forward + backward time of attention (q·kᵀ, weights, ·v) per option,
                            relative to our softmax option (SDPA on its fast path) and to plain
                            F.scaled_dot_product_attention; B=64, H=8, T=80, d_head=32 by default
@@ -70,6 +71,7 @@ SAME_SATURATION_DEFINITION = {
     "entmax15": "sparsemax, 1.5-entmax",
     "entmax_alpha": "sparsemax, 1.5-entmax",  # α = 1.5 at init (bisection instead of sort)
     "ssmax": "SSMax, s = 0.43",
+    "cog": "softmax",  # logits >= 0 here: sgn(x)·softmax(|x|) = softmax(x)
     AVERAGE: "uniform averaging",
 }
 # "Cost on this kind of CPU (2 threads; B=64, H=8, T=80, d_head=32)": × F.scaled_dot_product_attention.
@@ -109,7 +111,18 @@ def describe(option: str, scorer: Scorer) -> str:
         return f"hybrid heads {', '.join(blocks)} (head 0: {heads[0]})"
     stats = {k: sorted({round(float(x), 4) for x in v.flatten()}) for k, v in scorer.stats().items()}
     params = ", ".join(f"{k}={'/'.join(f'{x:g}' for x in v)}" for k, v in stats.items())
-    return f"{name} {params}".strip()
+    return " ".join(x for x in (f"{name} {params}".strip(), note(scorer)) if x)
+
+
+def note(scorer: Scorer) -> str:
+    """What a saturation number means for scorers whose rows are not a probability distribution."""
+    if scorer.signed:
+        return "(signed weights: the top key's weight, other keys may be negative)"
+    if scorer.causal_only:  # stick-breaking: the weight depends on the key's position
+        return "(not normalised; order-dependent: the top key is the farthest, query after the last key)"
+    if not scorer.rows_sum_to_one:
+        return "(rows not normalised)"
+    return ""
 
 
 def col(n: int, g: float) -> str:
@@ -179,6 +192,36 @@ def base_function_figure(out: Path) -> None:
     fig.tight_layout()
     for ext in ("png", "pdf"):
         fig.savefig(out / f"base_functions.{ext}", dpi=150)
+    plt.close(fig)
+
+
+# Elementwise functions of the logit in the other scorers (before their row normalisation, if any)
+OTHER_BASE = [
+    ("$e^x$: softmax, softmax_sink (+ $e^s$ in the sum), diff (two, subtracted)", np.exp),
+    (
+        "$\\sigma(x)$: sigmoid (shifted by $-\\log n_i$), stickbreaking's $\\beta$",
+        lambda x: 1 / (1 + np.exp(-x)),
+    ),
+    ("relu$(e^x - 1)$: softpick (over $\\sum|e^x - 1|$)", lambda x: np.maximum(np.expm1(x), 0.0)),
+    ("relu$(x)$: relu_len (over $n_i$)", lambda x: np.maximum(x, 0.0)),
+    ("sgn$(x)\\,e^{|x|}$: cog (over $\\sum e^{|x|}$)", lambda x: np.sign(x) * np.exp(np.abs(x))),
+]
+
+
+def other_base_functions_figure(out: Path) -> None:
+    """The base functions of the non-SSA scorers against the logit (symlog scale: some are signed or 0)."""
+    x = np.linspace(-4, 4, 801)
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for (label, fn), c in zip(OTHER_BASE, sns.color_palette("deep", len(OTHER_BASE))):
+        ax.plot(x, fn(x), color=c, lw=1.6, label=label)
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_xlabel("logit x")
+    ax.set_ylabel("unnormalised weight (symlog scale)")
+    ax.set_title("Base functions of the other scorers")
+    ax.legend(fontsize=7, loc="upper left", frameon=True)
+    fig.tight_layout()
+    for ext in ("png", "pdf"):
+        fig.savefig(out / f"base_functions_other.{ext}", dpi=150)
     plt.close(fig)
 
 
@@ -289,6 +332,7 @@ def main(argv: list[str] | None = None) -> Path:
 
     print(f"[{time.perf_counter() - t0:5.1f}s] base-function figure", flush=True)
     base_function_figure(out)
+    other_base_functions_figure(out)
 
     print(
         f"[{time.perf_counter() - t0:5.1f}s] cost: shape {shape}, {args.reps} reps, "
@@ -330,6 +374,7 @@ def main(argv: list[str] | None = None) -> Path:
         "row, head 0, initial parameters.\n\n"
         + sat_table
         + "\n## SSA's base function (paper figure 10)\n\n![base functions](base_functions.png)\n\n"
+        "Other scorers' base functions: ![other base functions](base_functions_other.png)\n\n"
         "## Cost\n\n" + cost_table + "\n## Comparison with scorers.md\n\n" + paragraph + "\n"
     )
     (out / "report.md").write_text(report)

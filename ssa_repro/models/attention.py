@@ -11,14 +11,16 @@ from ssa_repro.scorers.flex import flex_attend
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, n_embd: int, n_head: int, scorer_cfg, causal: bool = True, impl: str = "auto"):
+    def __init__(
+        self, n_embd: int, n_head: int, scorer_cfg, causal: bool = True, impl: str = "auto", layer: int = 0
+    ):
         super().__init__()
         self.n_head = n_head
         self.causal = causal
         self.impl = impl  # "auto": the scorer's fast path; "eager": the plain path; "flex": FlexAttention
         self.qkv = nn.Linear(n_embd, 3 * n_embd)
         self.proj = nn.Linear(n_embd, n_embd)
-        self.scorer = build_scorer(scorer_cfg, n_head)
+        self.scorer = build_scorer(scorer_cfg, n_head, layer=layer)  # layer: 0-based (diff's λ_init)
 
     def forward(self, x: torch.Tensor, need_weights: bool = False):
         bsz, t, c = x.shape  # [B, T, C]

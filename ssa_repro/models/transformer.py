@@ -54,7 +54,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg, scorer_cfg, blocks: Blocks):
+    def __init__(self, cfg, scorer_cfg, blocks: Blocks, layer: int = 0):
         super().__init__()
         self.attn = self.mlp = None
         self.post_ln = cfg.get("post_ln", False)
@@ -66,6 +66,7 @@ class Block(nn.Module):
                 scorer_cfg,
                 causal=cfg.get("causal", True),
                 impl=getattr(cfg.get("attn_impl", "auto"), "value", cfg.get("attn_impl", "auto")),
+                layer=layer,
             )
         if blocks.mlp:
             self.ln_2 = nn.LayerNorm(cfg.n_embd)
@@ -96,7 +97,7 @@ class Transformer(nn.Module):
         else:
             self.read_in = nn.Linear(1, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.max_positions, cfg.n_embd)
-        self.blocks = nn.ModuleList(Block(cfg, scorer_cfg, blocks) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, scorer_cfg, blocks, layer=i) for i in range(cfg.n_layer))
         # pre-LN: the final LayerNorm; post-LN: blocks end normalised, so it normalises the embeddings (BERT)
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.post_ln = cfg.get("post_ln", False)

@@ -4,7 +4,9 @@ A scorer is an ``nn.Module`` built with its config and the number of heads, so i
 per head (SSA's b and n). The attention module calls :meth:`Scorer.attend`; the default computes the
 logits x = q·kᵀ/√d_head and calls :meth:`forward` (logits, mask) -> weights. A scorer that needs q and
 k themselves (CosFormer) overrides :meth:`weights`; one with a fused kernel (softmax through SDPA)
-overrides :meth:`attend`, and must return the same weights through ``need_weights=True``.
+overrides :meth:`attend`, and must return the same weights through ``need_weights=True``. One whose
+output is not plain w @ v (differential attention normalises it per head) overrides :meth:`combine`,
+which the plain path (:meth:`attend`, also ``model.attn_impl=eager``) calls.
 
 Masks are boolean, True = the key is visible, broadcastable to [B, H, T, S]. Masking is applied after
 the transform, and masked weights are exactly 0.
@@ -34,11 +36,19 @@ class Scorer(nn.Module):
     rows_sum_to_one: bool = True  # False where the definition does not renormalise
     zero_rows_possible: bool = False  # a row may be all zeros (CosFormer with relu(q_i) = 0)
     smooth: bool = True  # differentiable everywhere, exact-zero logits included (no relu / min / max kinks)
+    signed: bool = False  # weights may be negative (CogAttn's sgn(x)·softmax(|x|), differential attention)
+    # Defined for the causal mask only (stick-breaking orders keys nearest-first before the query);
+    # validation refuses such a scorer for a bidirectional model.
+    causal_only: bool = False
+    # Splits each head's q and k into two halves along the head dimension (differential attention): the
+    # head width must be even.
+    splits_head_dim: bool = False
 
-    def __init__(self, cfg, n_head: int):
+    def __init__(self, cfg, n_head: int, layer: int = 0):
         super().__init__()
         self.cfg = cfg
         self.n_head = n_head
+        self.layer = layer  # 0-based index of the attention layer (differential attention's λ_init)
 
     @classmethod
     def check_config(cls, cfg, n_head: int) -> list[str]:
@@ -60,7 +70,11 @@ class Scorer(nn.Module):
         ``is_causal`` says that ``mask`` is the plain causal mask, for kernels that take that shortcut.
         """
         w = self.weights(q, k, mask)
-        return w @ v, (w if need_weights else None)
+        return self.combine(w, v), (w if need_weights else None)
+
+    def combine(self, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """weights [B, H, T, S], values [B, H, S, D] -> output [B, H, T, D]: w @ v."""
+        return w @ v
 
     def score_mod(self):
         """The scorer as a FlexAttention score_mod ``(x, b, h, q_idx, kv_idx) -> score`` applied to the
