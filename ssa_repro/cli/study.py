@@ -1,0 +1,147 @@
+"""A study: a matrix of training jobs, each evaluated on fixed prompts, then a report (``scripts/study.py``).
+
+``conf/study/<name>.yaml`` lists the common overrides (``base``), the task variants, the architectures,
+and groups of jobs (every combination of tasks × scorers × archs × training σ in a group, for every
+seed); and the evaluations every job gets where its task supports them. Each job is
+``train.py``'s job (:func:`ssa_repro.cli.train_app.run_job`) in ``<root>/runs/<group>/<job>``, then the
+study's evaluations (``runner.evaluate``). A finished job is skipped and stored cells are reused, so
+running the command again resumes where it stopped; jobs run in parallel processes (one thread each).
+``<root>/index.csv`` maps every job to its run folder and evaluation protocols; the report
+(``ssa_repro/reports/study.py``) is made from it and the stored results alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+from hydra import compose, initialize_config_dir
+from joblib import Parallel, delayed
+from omegaconf import DictConfig, OmegaConf
+
+from ssa_repro.cli.train_app import run_job
+from ssa_repro.config import CONF_DIR
+from ssa_repro.core.atomic import write_text
+from ssa_repro.evaluation import EVALUATORS, runner
+from ssa_repro.evaluation.loading import load_run
+from ssa_repro.tasks import TASKS
+
+log = logging.getLogger("ssa_repro.study")
+
+
+@dataclass(frozen=True)
+class Job:
+    group: str
+    task: str
+    scorer: str
+    arch: str
+    train_sigma: float
+    seed: int
+    overrides: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}-{self.scorer}-{self.arch}-sigma{self.train_sigma:g}-s{self.seed}"
+
+
+def load(name: str, conf_dir: Path = CONF_DIR) -> DictConfig:
+    """``conf/study/<name>.yaml``, merged over the study it names in ``defaults`` (lists replaced)."""
+    path = Path(conf_dir) / "study" / f"{name}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
+        raise SystemExit(f"Error: no study {name!r} in {path.parent}; known: {known}")
+    cfg = OmegaConf.load(path)
+    parents = [d for d in cfg.pop("defaults", []) if d != "_self_"]
+    for parent in parents:
+        cfg = OmegaConf.merge(load(parent, conf_dir), cfg)
+    return cfg
+
+
+def jobs(study: DictConfig) -> list[Job]:
+    """Every job of the study, group by group, in a fixed order."""
+    out = []
+    for group, g in study.groups.items():
+        for task, scorer, arch, sigma, seed in itertools.product(
+            g.tasks, g.scorers, g.archs, g.train_sigma, study.seeds
+        ):
+            task_ov = list(study.tasks[task])
+            sigma_ov = [f"task.x_dist.std={float(sigma)}"] if float(sigma) != 1.0 else []
+            overrides = (
+                *study.base,
+                *task_ov,
+                *study.archs[arch],
+                f"scorer={scorer}",
+                *sigma_ov,
+                f"seed={seed}",
+            )
+            out.append(Job(str(group), str(task), str(scorer), str(arch), float(sigma), int(seed), overrides))
+    return out
+
+
+def evaluations(study: DictConfig, task_name: str) -> dict[str, DictConfig]:
+    """The study's evaluations that apply to a task (by what its declaration supports and its grid)."""
+    task = TASKS.get(task_name)
+    out = {}
+    for key, settings in study.evaluations.items():
+        name = settings.name
+        if name not in task.evaluation.supports:
+            continue
+        if key.startswith("grid_") and key != f"grid_{'quantifier' if task.classification else 'linear'}":
+            continue
+        out[key] = OmegaConf.merge(OmegaConf.structured(EVALUATORS.schemas[name]), settings)
+    return out
+
+
+def run_one(job: Job, study: DictConfig, root: Path, threads: int) -> list[dict]:
+    """Train (or skip) one job, then its evaluations; rows of the index (one per evaluation)."""
+    torch.set_num_threads(threads)
+    run_dir = root / "runs" / job.group / job.name
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=list(job.overrides))
+    t0 = time.perf_counter()
+    summary = run_job(cfg, run_dir)
+    trained = time.perf_counter() - t0
+    run = load_run(run_dir, torch.device("cpu"))
+    task_name = str(cfg.task.name)
+    rows = []
+    for key, ecfg in evaluations(study, task_name).items():
+        result = runner.evaluate(run, ecfg)
+        rows.append(
+            {
+                **asdict(job),
+                "job": job.name,
+                "run_dir": str(run_dir),
+                "evaluation": key,
+                "eval": result["evaluation"],
+                "protocol_id": result["protocol_id"],
+                "final_loss": summary.get("final_loss"),
+                "train_seconds": trained,
+            }
+        )
+    return [{k: v for k, v in r.items() if k != "overrides"} for r in rows]
+
+
+def run(name: str, root: Path | None = None, n_jobs: int = 2) -> Path:
+    """Run (or resume) every job of study ``name``; returns the study folder (with ``index.csv``)."""
+    study = load(name)
+    root = Path(root or Path("outputs") / "study" / study.name)
+    root.mkdir(parents=True, exist_ok=True)
+    todo = jobs(study)
+    threads = max(1, (os.cpu_count() or 1) // max(1, n_jobs))
+    log.info("study %s: %d jobs in %s, %d at a time", study.name, len(todo), root, n_jobs)
+    t0 = time.perf_counter()
+    results = Parallel(n_jobs=n_jobs, backend="loky", verbose=10)(
+        delayed(run_one)(job, study, root, threads) for job in todo
+    )
+    index = pd.DataFrame([r for rows in results for r in rows])
+    write_text(root / "index.csv", index.to_csv(index=False))
+    wall = root / "wall_seconds.txt"  # one line per invocation (a resumed study adds one)
+    previous = wall.read_text() if wall.exists() else ""
+    write_text(wall, previous + f"{time.perf_counter() - t0:.0f}\n")
+    return root
