@@ -44,10 +44,13 @@ KINDS = {"entropy": "real", "max_weight": "rate"}
 
 def row_stats(w: torch.Tensor, queries: torch.Tensor) -> dict[str, torch.Tensor]:
     """Entropy (nats) and largest weight of each query row of ``w`` [B, H, T, S], averaged over heads and
-    the rows where ``queries`` [B, T] is true: [B] each (NaN where no row counts)."""
-    w = w.double()
-    ent = -torch.special.xlogy(w, w).sum(-1).mean(1)  # [B, T]; 0·log 0 = 0
-    mx = w.amax(-1).mean(1)
+    the rows where ``queries`` [B, T] is true: [B] each (NaN where no row counts). Signed scorers (cog,
+    diff) and rows that do not sum to 1 are measured on |w| / Σ|w| (the distribution of attention mass),
+    and their largest weight is the largest |w|."""
+    mag = w.double().abs()
+    p = mag / mag.sum(-1, keepdim=True).clamp_min(1e-30)  # [B, H, T, S] rows of attention mass
+    ent = -torch.special.xlogy(p, p).sum(-1).mean(1)  # [B, T]; 0·log 0 = 0
+    mx = mag.amax(-1).mean(1)
     q = queries.double()
     return {
         "entropy": (ent * q).sum(1) / q.sum(1),
