@@ -64,6 +64,11 @@ class CheckRunFirst(Callback):
         except RunLocked as e:
             raise SystemExit(f"Error: {e}") from None
 
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        lock = getattr(self, "lock", None)
+        if lock is not None:
+            lock.release()
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if "basic" not in str(config.hydra.sweeper.get("_target_", "")).lower():
             return

@@ -125,7 +125,13 @@ class ValidateFirst(Callback):
                 self.lock = RunLock(run_dir, "train").acquire()
             run_state.prepare(config, run_dir)  # what the folder holds (read under the lock)
         except FAILURES as e:
+            self.on_run_end(config)  # refused: leave the folder as it was (no holder record)
             raise SystemExit(f"Error: {e}") from None
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        lock = getattr(self, "lock", None)
+        if lock is not None:  # (the process ending would release it too; this also removes its record)
+            lock.release()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if distributed.world_size() > 1:

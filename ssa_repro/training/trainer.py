@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -122,10 +123,72 @@ def train_step(step, n, task, forward, ddp, opt, gen, tr, dd, device, autocast) 
     return loss
 
 
+@dataclass
+class Setup:
+    """What a training start builds: device and process group, task, model (and its DDP / compiled
+    forward), optimizer, prompt generator, loss window, checkpointer."""
+
+    device: torch.device
+    dd: distributed.Dist
+    task: object
+    model: torch.nn.Module
+    forward: torch.nn.Module
+    ddp: torch.nn.Module
+    opt: torch.optim.Optimizer
+    gen: torch.Generator
+    window: LossWindow
+    ckpt: Checkpointer
+    autocast: object
+    compiled: bool
+
+
+def build(cfg: DictConfig, run_dir: Path) -> Setup:
+    tr = cfg.train
+    device = resolve_device(cfg.device)
+    dd = distributed.setup(device.type)
+    if dd.enabled and device.type == "cuda":
+        device = torch.device("cuda", dd.local_rank)
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg.task)
+    model = build_model(cfg.model, cfg.scorer).to(device)
+    opt = build_optimizer(model, tr)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(rank_data_seed(cfg.seed, dd.rank))
+    window = LossWindow(tr.log_interval, device)
+    ckpt = Checkpointer(
+        run_dir / "checkpoints" / "last.pt", model, opt, gen, device, dd, plain(cfg), tr.keep_every
+    )
+    ddp = forward = model
+    if dd.enabled:  # gradients averaged over ranks; `model` stays the plain module (state_dict, eval)
+        ddp = forward = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    compiled = should_compile(tr.compile, tr.steps)
+    if compiled:  # the forward only: state_dict keys, checkpoints and evaluation stay the same
+        forward = torch.compile(forward)
+    # autocast for forward + loss only; weights, gradients and optimizer state stay float32
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=value_of(tr.precision) == "bf16")
+    return Setup(device, dd, task, model, forward, ddp, opt, gen, window, ckpt, autocast, compiled)
+
+
+def log_row(s: Setup, cfg, step: int, n: int, seconds: float, steps: int, t0: float) -> dict:
+    """The metrics row of a log interval (``steps`` steps in ``seconds``)."""
+    tr, rate = cfg.train, steps / max(seconds, 1e-9)
+    return {
+        "step": step,
+        "loss": s.window.mean(),
+        "n_points": n,
+        "lr": s.opt.param_groups[0]["lr"],
+        "steps_per_sec": rate,
+        "examples_per_sec": rate * tr.batch_size * tr.grad_accum * s.dd.world,
+        "elapsed_s": time.perf_counter() - t0,
+    }
+
+
 def train(cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None) -> dict:
     """Train (or continue training) the configured model in ``run_dir``; return the summary. A
     ``tracker`` (W&B run) or ``guard`` (signal handler) given by the caller is used and left open."""
-    run_dir = Path(run_dir)
+    run_dir, tr = Path(run_dir), cfg.train
     prepared = run_state.prepare(cfg, run_dir)  # every bad value reported before anything is written
     if prepared.finished is not None:
         if distributed.rank() == 0:
@@ -136,83 +199,48 @@ def train(cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None) -> dic
                 prepared.finished["steps"],
             )
         return prepared.finished
-    state, tr = prepared.checkpoint, cfg.train
-    device = resolve_device(cfg.device)
-    dd = distributed.setup(device.type)
-    if dd.enabled and device.type == "cuda":
-        device = torch.device("cuda", dd.local_rank)
-    handler = _start_files(cfg, run_dir, state, device, dd.world) if dd.main else None
-
-    torch.manual_seed(cfg.seed)
-    task = build_task(cfg.task)
-    model = build_model(cfg.model, cfg.scorer).to(device)
-    opt = build_optimizer(model, tr)
-    # autocast for forward + loss only; weights, gradients and optimizer state stay float32
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=value_of(tr.precision) == "bf16")
-    gen = torch.Generator(device=device)
-    gen.manual_seed(rank_data_seed(cfg.seed, dd.rank))
-    window = LossWindow(tr.log_interval, device)
-    ckpt = Checkpointer(
-        run_dir / "checkpoints" / "last.pt", model, opt, gen, device, dd, plain(cfg), tr.keep_every
-    )
-    step = ckpt.restore(state, window) if state else 0
+    state = prepared.checkpoint
+    main = distributed.rank() == 0
+    s = build(cfg, run_dir)
+    handler = _start_files(cfg, run_dir, state, s.device, s.dd.world) if main else None
+    step = s.ckpt.restore(state, s.window) if state else 0
     metrics = MetricsLog(run_dir / "metrics.jsonl")
-    if dd.main:
+    if main:
         metrics.truncate(step)
-    ddp = forward = model
-    if dd.enabled:  # gradients averaged over ranks; `model` stays the plain module (state_dict, eval)
-        ddp = forward = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    compiled = should_compile(tr.compile, tr.steps)
-    if compiled:  # the forward only: state_dict keys, checkpoints and evaluation stay the same
-        forward = torch.compile(forward)
-
-    n_params = count_parameters(model)
-    if dd.main:
         log.info(
-            "%s: %s parameters on %s, %d steps%s, run folder %s%s",
+            "%s: %s parameters on %s, %d steps%s, run folder %s",
             run_name(cfg),
-            f"{n_params:,}",
-            device,
+            f"{count_parameters(s.model):,}",
+            s.device,
             tr.steps,
-            f" ({'resuming at ' + str(step)})" if state else "",
+            f" (resuming at {step})" if state else "",
             run_dir,
-            f" ({dd.world} processes, batch {tr.batch_size} each)" if dd.enabled else "",
         )
     own_tracker, own_guard = tracker is None, guard is None
     if own_tracker:
         tracker = (
             tracking.Tracker.for_training(cfg.logger, run_dir, plain(cfg), run_name(cfg))
-            if dd.main
+            if main
             else tracking.Tracker.off()
         )
     guard = guard or distributed.PreemptionGuard().__enter__()
     t0 = t_window = time.perf_counter()
     steps_at_window, exit_code = step, 1
     try:
-        model.train()
+        s.model.train()
         while step < tr.steps:
             n = curriculum.n_points(cfg.curriculum, step)
-            set_lr(opt, lr_at(tr, step))
-            window.add(train_step(step, n, task, forward, ddp, opt, gen, tr, dd, device, autocast))
+            set_lr(s.opt, lr_at(tr, step))
+            s.window.add(
+                train_step(step, n, s.task, s.forward, s.ddp, s.opt, s.gen, tr, s.dd, s.device, s.autocast)
+            )
             step += 1
             done = step == tr.steps
             if step % tr.log_interval == 0 or done:  # rows at the same steps after a resume
-                window.check(step, ckpt.describe_last_good())
-                now = time.perf_counter()
-                rate = (step - steps_at_window) / max(now - t_window, 1e-9)
-                row = {
-                    "step": step,
-                    "loss": window.mean(),
-                    "n_points": n,
-                    "lr": opt.param_groups[0]["lr"],
-                    "steps_per_sec": rate,
-                    "examples_per_sec": rate * tr.batch_size * tr.grad_accum * dd.world,
-                    "elapsed_s": now - t0,
-                }
-                stats = model.scorer_stats()  # {"b": [L, H], "n": [L, H]}
-                if dd.main:
+                s.window.check(step, s.ckpt.describe_last_good())
+                row = log_row(s, cfg, step, n, time.perf_counter() - t_window, step - steps_at_window, t0)
+                stats = s.model.scorer_stats()  # {"b": [L, H], "n": [L, H]}
+                if main:
                     metrics.append(
                         {**row, "scorer": {k: v.cpu().tolist() for k, v in stats.items()}} if stats else row
                     )
@@ -224,47 +252,28 @@ def train(cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None) -> dic
                         100 * step / tr.steps,
                         row["loss"],
                         n,
-                        rate,
-                        _fmt_time((tr.steps - step) / max(rate, 1e-9)),
+                        row["steps_per_sec"],
+                        _fmt_time((tr.steps - step) / max(row["steps_per_sec"], 1e-9)),
                     )
-                window.reset()
-                t_window, steps_at_window = now, step
+                s.window.reset()
+                t_window, steps_at_window = time.perf_counter(), step
             saved = step % tr.ckpt_interval == 0 or done
             if saved:
-                ckpt.save(step, window)
-                if dd.main and model.scorer_stats():
-                    tracker.log_scorer_params(model.scorer_stats(), step)
-            if not done and _preempted(guard, dd, step, device):
+                s.ckpt.save(step, s.window)
+                if main and s.model.scorer_stats():
+                    tracker.log_scorer_params(s.model.scorer_stats(), step)
+            if not done and _preempted(guard, s.dd, step, s.device):
                 if not saved:
-                    ckpt.save(step, window)
-                if dd.main:
+                    s.ckpt.save(step, s.window)
+                if main:
                     log.warning("signal %d: checkpoint saved at step %d", guard.received or 0, step)
                 guard.hand_on()
-
-        rows = metrics.rows() if dd.main else []
-        summary = {
-            "name": run_name(cfg),
-            "steps": step,
-            "parameters": n_params,
-            "device": str(device),
-            "processes": dd.world,
-            "compiled": compiled,
-            "train_seconds_this_start": time.perf_counter() - t0,
-            **({"final_loss": rows[-1]["loss"], "steps_per_sec": rows[-1]["steps_per_sec"]} if rows else {}),
-        }
-        if dd.main:
-            atomic.write_json(run_dir / "summary.json", summary)
-            tracker.set_summary(
-                tracking.training_headline(
-                    final_loss=summary.get("final_loss"),
-                    parameters=n_params,
-                    steps_per_sec=summary.get("steps_per_sec"),
-                    wall_time_s=summary["train_seconds_this_start"],
-                    scorer_stats=model.scorer_stats() or None,
-                )
-            )
-            tracker.log_checkpoint(run_dir / "checkpoints" / "last.pt", step)
-        dd.barrier()
+        summary = (
+            _finish(cfg, run_dir, s, metrics, step, time.perf_counter() - t0, tracker)
+            if main
+            else {"steps": step}
+        )
+        s.dd.barrier()
         exit_code = 0
         return summary
     finally:
@@ -275,7 +284,35 @@ def train(cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None) -> dic
         if handler is not None:
             logging.getLogger().removeHandler(handler)
             handler.close()
-        dd.close()
+        s.dd.close()
+
+
+def _finish(cfg, run_dir: Path, s: Setup, metrics: MetricsLog, step: int, seconds: float, tracker) -> dict:
+    """summary.json and the W&B summary (rank 0)."""
+    rows = metrics.rows()
+    n_params = count_parameters(s.model)
+    summary = {
+        "name": run_name(cfg),
+        "steps": step,
+        "parameters": n_params,
+        "device": str(s.device),
+        "processes": s.dd.world,
+        "compiled": s.compiled,
+        "train_seconds_this_start": seconds,
+        **({"final_loss": rows[-1]["loss"], "steps_per_sec": rows[-1]["steps_per_sec"]} if rows else {}),
+    }
+    atomic.write_json(run_dir / "summary.json", summary)
+    tracker.set_summary(
+        tracking.training_headline(
+            final_loss=summary.get("final_loss"),
+            parameters=n_params,
+            steps_per_sec=summary.get("steps_per_sec"),
+            wall_time_s=seconds,
+            scorer_stats=s.model.scorer_stats() or None,
+        )
+    )
+    tracker.log_checkpoint(run_dir / "checkpoints" / "last.pt", step)
+    return summary
 
 
 def _preempted(guard, dd, step: int, device) -> bool:
