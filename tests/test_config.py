@@ -21,8 +21,8 @@ from ssa_repro.training.validate import ConfigError
 from tests.conftest import CONF, HAVE_SHARED_DATA, ROOT, SHARED_DATA, make_cfg
 
 GROUPS = sorted(
-    p.name for p in CONF.iterdir() if p.is_dir() and p.name not in ("local", "eval")
-)  # eval: evaluate.yaml
+    p.name for p in CONF.iterdir() if p.is_dir() and p.name not in ("local", "eval", "study")
+)  # eval: evaluate.yaml's group; study: scripts/study.py's matrices (tests/test_study.py)
 OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONF / g).glob("*.yaml"))]
 
 

@@ -470,7 +470,11 @@ def test_online_with_key_in_netrc_and_a_server_that_answers_is_fine(no_credentia
 
 
 def test_a_hanging_name_lookup_is_abandoned_after_the_timeout(monkeypatch):
-    monkeypatch.setattr(tracking.socket, "create_connection", lambda *a, **k: time.sleep(30))
+    def hang(*a, **k):  # a lookup that never answers in time, then fails as a real one would
+        time.sleep(30)
+        raise OSError("timed out")
+
+    monkeypatch.setattr(tracking.socket, "create_connection", hang)
     t0 = time.perf_counter()
     why = tracking.reachability_problem("https://api.example.invalid", timeout=0.5)
     assert time.perf_counter() - t0 < 2 and "no answer within 0.5 s" in why
