@@ -26,9 +26,9 @@ Two uses:
 
 Compilation (inference). ``flex_attention`` is compiled once with ``dynamic=True``: batch size and
 sequence length are symbols, so the many prompt lengths and chunk sizes of an evaluation share one
-graph. The compiler still specialises sizes of 1 (a one-block mask, a batch of one), so a scorer costs
-two graphs — T <= block and T > block (``2 <= T``) — and batches of one are padded to two rows (rows are
-independent, the extra row is dropped). Each graph is a compile of a few seconds (more on a cold
+graph. The compiler still specialises sizes of 1 (a one-block mask, a batch of one), so a causal scorer
+costs two graphs — T <= block and T > block — a bidirectional one one graph; batches of one and
+single tokens (little work, a graph each) take the plain path. Each graph is a compile of a few seconds (more on a cold
 inductor cache), logged as "compiling FlexAttention for ... took N s". The captured score_mod tensors
 (SSA's b and n per head) are graph inputs, not constants, so new model or scorer instances reuse the
 graphs (tests/test_fast_paths.py checks the graph count). If compiling or running the kernel fails (no
@@ -130,10 +130,10 @@ def inference_score_mod(scorer, causal: bool):
 def fused_inference(scorer, q, k, v, causal: bool) -> torch.Tensor | None:
     """The scorer's attention output [B, H, T, D] through compiled FlexAttention, or None where the plain
     path should run: gradients enabled, inside another compile, no score_mod (or softmax, see
-    :data:`PLAIN_FIRST`), a dtype or device the kernel lacks, T = 1, or after a failure.
+    :data:`PLAIN_FIRST`), a dtype or device the kernel lacks, B = 1 or T = 1, or after a failure.
 
-    q, k, v [B, H, T, D] (self-attention: S = T). Exactness: rows of the batch are independent, so the
-    padding of a batch of one to two rows changes nothing in the first row.
+    q, k, v [B, H, T, D] (self-attention: S = T). Their strides are part of the compiled graph's guards:
+    the model's are views of one [B, T, 3C] projection, the same at every call.
     """
     global _compiled_inference
     if torch.is_grad_enabled() or torch.compiler.is_compiling():
@@ -141,13 +141,11 @@ def fused_inference(scorer, q, k, v, causal: bool) -> torch.Tensor | None:
     if q.device.type not in ("cpu", "cuda") or q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return None
     bsz, _, t, _ = q.shape
-    if t < 2:  # one token: its own graph (a size-1 dimension) for a trivial softmax; not worth it
+    if bsz == 1 or t == 1:  # the compiler specialises sizes of 1: a graph of its own, for little work
         return None
     mod = inference_score_mod(scorer, causal)
     if mod is None or mod.__code__ in _failed:
         return None
-    if bsz == 1:  # a batch of one would be a graph of its own; rows are independent
-        q, k, v = (torch.cat([z, z]) for z in (q, k, v))
     cpu = q.device.type == "cpu"
     block = CPU_BLOCK if cpu else 128
     mask = _causal_block_mask(t, t, str(q.device), block) if causal else None
@@ -183,4 +181,4 @@ def fused_inference(scorer, q, k, v, causal: bool) -> torch.Tensor | None:
             str(q.dtype).removeprefix("torch."),
             time.perf_counter() - start,
         )
-    return y[:bsz]
+    return y
