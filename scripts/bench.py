@@ -3,7 +3,9 @@
     python scripts/bench.py                      # small and paper-size models on CPU (about 3 minutes)
     python scripts/bench.py --sizes small --reps 20
     python scripts/bench.py --device cuda --bf16 # adds FlexAttention SSA and the 500k-step projection
-    python scripts/bench.py --compile            # adds torch.compile variants of ours
+    python scripts/bench.py --compile            # adds torch.compile variants of ours (and the break-even)
+    python scripts/bench.py --bf16-rows          # adds bf16-autocast variants of ours, interleaved with fp32
+    python scripts/bench.py --eval-only          # only the evaluation rows (plain vs fused; a few minutes)
 
 Training step (forward + backward + Adam), batch 64, 41 examples (82 tokens), the paper's longest
 curriculum prompt. Variants run interleaved (one step of each in turn), so drifts in machine load hit
@@ -15,8 +17,9 @@ every variant alike; medians are reported.
   interface as plain autograd ops (needs the ``bench`` extra: ``pip install -e '.[bench]'``).
 - FLOPs per step: 6 × parameters × tokens + 12 × layers × batch × T² × width (attention matmuls,
   forward and backward), against the float32 (or bf16) matmul peak timed in the same run.
-- Evaluation: sequences per second of the quantifier grid (default model, every task) on a slice of
-  the paper's grid (all 20 lengths, 2 σ, 2 batches each), and the projected time of the full grid.
+- Evaluation: sequences per second of the quantifier grid (default model, every task) through the plain
+  and the fused (FlexAttention) path per scorer, on ``--eval-prompts`` prompts at each of the paper
+  grid's 20 lengths, and the projected time of the full grid (see ``eval_throughput``).
 """
 
 from __future__ import annotations
@@ -138,6 +141,7 @@ def make_step(size, impl, scorer, device, batch, n_points, bf16=False):
     task = build_task(OmegaConf.structured(LinearTaskConfig()))
     gen = torch.Generator(device=device)
     gen.manual_seed(0)
+    bf16 = bf16 or impl == "ours-bf16"
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
     def step():
@@ -180,6 +184,8 @@ def train_table(size, args, device, peak) -> None:
     names = [("ours", s) for s in args.scorers]
     if args.compile:
         names += [("ours-compile", s) for s in args.scorers]
+    if args.bf16_rows and not args.bf16:
+        names += [("ours-bf16", s) for s in args.scorers]
     if device.type == "cuda":
         names += [("ours-flex", s) for s in args.scorers if s in ("softmax", "ssa")]
     if hf_available() and not args.no_hf:
@@ -314,6 +320,9 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (what train.precision=bf16 does)")
     p.add_argument("--compile", action="store_true", help="also time torch.compile'd variants of ours")
+    p.add_argument(
+        "--bf16-rows", action="store_true", help="also time bf16-autocast variants of ours, beside fp32"
+    )
     p.add_argument("--no-hf", action="store_true", help="skip the HF GPT2Model reference")
     p.add_argument("--no-eval", action="store_true", help="skip the evaluation throughput")
     p.add_argument("--eval-only", action="store_true", help="only the evaluation throughput (a quick run)")
