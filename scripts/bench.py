@@ -217,8 +217,9 @@ def train_table(size, args, device, peak) -> None:
         eager, comp = med[("ours", s)], med[("ours-compile", s)]
         overhead = first[("ours-compile", s)] - comp
         gain = eager - comp
+        first_c, first_e = first[("ours-compile", s)], first[("ours", s)]
         print(
-            f"  compile {s}: first step {first[('ours-compile', s)]:.1f} s (eager {first[('ours', s)]:.2f} s), "
+            f"  compile {s}: first step {first_c:.1f} s (eager {first_e:.2f} s), "
             f"steady {comp * 1e3:.1f} vs {eager * 1e3:.1f} ms: "
             + (f"break-even after {overhead / gain:,.0f} steps" if gain > 0 else "never breaks even")
         )
@@ -284,10 +285,11 @@ def eval_throughput(device, args) -> None:
             times[v] += run(v, batches)
     total = len(lengths) * n_batches * bsz
     base = times[variants[0]]
+    params = count_parameters(models[args.scorers[0]])
     print(
-        f"\nevaluation: quantifier grid (every), default model ({count_parameters(models[args.scorers[0]]):,} "
-        f"parameters), {n_batches * bsz} prompts at each of {len(lengths)} lengths ({lengths[0]}..{lengths[-1]} "
-        f"numbers, {2 * lengths[0]}..{2 * lengths[-1]} tokens), variants interleaved per length"
+        f"\nevaluation: quantifier grid (every), default model ({params:,} parameters), {n_batches * bsz} "
+        f"prompts at each of {len(lengths)} lengths ({lengths[0]}..{lengths[-1]} numbers, "
+        f"{2 * lengths[0]}..{2 * lengths[-1]} tokens), variants interleaved per length"
     )
     print(
         f"  {'variant':<16} {'sequences/s':>11} {'time vs ' + variants[0][0] + ' plain':>20} "

@@ -25,15 +25,16 @@ Two uses:
   the scorer's fused eager ``attend``.
 
 Compilation (inference). ``flex_attention`` is compiled once with ``dynamic=True``: batch size and
-sequence length are symbols, so the many prompt lengths and chunk sizes of an evaluation share one
-graph. The compiler still specialises sizes of 1 (a one-block mask, a batch of one), so a causal scorer
-costs two graphs — T <= block and T > block — a bidirectional one one graph; batches of one and
-single tokens (little work, a graph each) take the plain path. Each graph is a compile of a few seconds (more on a cold
-inductor cache), logged as "compiling FlexAttention for ... took N s". The captured score_mod tensors
-(SSA's b and n per head) are graph inputs, not constants, so new model or scorer instances reuse the
-graphs (tests/test_fast_paths.py checks the graph count). If compiling or running the kernel fails (no
-C++ compiler, an unsupported platform, dynamo's recompile limit), the plain path takes over for the
-rest of the process (for that scorer), after one warning.
+sequence length are symbols, so the many prompt lengths and chunk sizes of an evaluation share a graph.
+The compiler still specialises sizes of 1 (a one-block mask, a batch of one), so a causal scorer costs
+two graphs — T <= block and T > block — and a bidirectional one a single graph; batches of one and
+single tokens (little work, a graph each) take the plain path. Each graph is a compile of a few seconds
+(more on a cold inductor cache), logged as "compiling FlexAttention for ... took N s". The captured
+score_mod tensors (SSA's b and n per head) are graph inputs, not constants, so new model or scorer
+instances reuse the graphs (tests/test_fast_paths.py checks the graph count); inputs made under
+``inference_mode`` and under ``no_grad`` differ in dispatch keys, so a process using both compiles both.
+If compiling or running the kernel fails (no C++ compiler, an unsupported platform, dynamo's recompile
+limit), that scorer runs the plain path for the rest of the process, after one warning.
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ log = logging.getLogger("ssa_repro.evaluate")
 # (finer causal skipping) with the default model's head size 16. CUDA keeps 128, the Triton default.
 CPU_BLOCK = 64
 
-# Scorers whose own attend is a fused kernel at least as fast as FlexAttention at inference: softmax
-# through SDPA (scripts/bench.py measures both; names as registered).
+# Scorers (registered names) whose own attend is a fused kernel, kept at inference: softmax through SDPA.
+# On the quantifier grid FlexAttention was 1.05x faster in steady state (scripts/bench.py --eval-only),
+# but it costs two compiles per process (2-10 s), more than it saves on the short evaluation a training
+# run ends with; an empty tuple sends softmax through FlexAttention too.
 PLAIN_FIRST = ("softmax",)
 
 # Graph budget for the inference compile: dynamo's default limit (8 graphs per function) is shared by
