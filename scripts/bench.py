@@ -3,7 +3,9 @@
     python scripts/bench.py                      # small and paper-size models on CPU (about 3 minutes)
     python scripts/bench.py --sizes small --reps 20
     python scripts/bench.py --device cuda --bf16 # adds FlexAttention SSA and the 500k-step projection
-    python scripts/bench.py --compile            # adds torch.compile variants of ours
+    python scripts/bench.py --compile            # adds torch.compile variants of ours (and the break-even)
+    python scripts/bench.py --bf16-rows          # adds bf16-autocast variants of ours, interleaved with fp32
+    python scripts/bench.py --eval-only          # only the evaluation rows (plain vs fused; a few minutes)
 
 Training step (forward + backward + Adam), batch 64, 41 examples (82 tokens), the paper's longest
 curriculum prompt. Variants run interleaved (one step of each in turn), so drifts in machine load hit
@@ -15,8 +17,9 @@ every variant alike; medians are reported.
   interface as plain autograd ops (needs the ``bench`` extra: ``pip install -e '.[bench]'``).
 - FLOPs per step: 6 × parameters × tokens + 12 × layers × batch × T² × width (attention matmuls,
   forward and backward), against the float32 (or bf16) matmul peak timed in the same run.
-- Evaluation: sequences per second of the quantifier grid (default model, every task) on a slice of
-  the paper's grid (all 20 lengths, 2 σ, 2 batches each), and the projected time of the full grid.
+- Evaluation: sequences per second of the quantifier grid (default model, every task) through the plain
+  and the fused (FlexAttention) path per scorer, on ``--eval-prompts`` prompts at each of the paper
+  grid's 20 lengths, and the projected time of the full grid (see ``eval_throughput``).
 """
 
 from __future__ import annotations
@@ -138,6 +141,7 @@ def make_step(size, impl, scorer, device, batch, n_points, bf16=False):
     task = build_task(OmegaConf.structured(LinearTaskConfig()))
     gen = torch.Generator(device=device)
     gen.manual_seed(0)
+    bf16 = bf16 or impl == "ours-bf16"
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
     def step():
@@ -155,9 +159,15 @@ def make_step(size, impl, scorer, device, batch, n_points, bf16=False):
     return step, flops, n_params
 
 
-def time_variants(variants: dict, reps: int, device) -> dict:
-    for fn, _, _ in variants.values():  # warm-up (and compilation)
+def time_variants(variants: dict, reps: int, device) -> tuple[dict, dict]:
+    """Median step time per variant, and the time of its first step (compilation included)."""
+    first = {}
+    for k, (fn, _, _) in variants.items():  # warm-up (and compilation)
+        sync(device)
+        t = time.perf_counter()
         fn()
+        sync(device)
+        first[k] = time.perf_counter() - t
         fn()
     times = {k: [] for k in variants}
     for _ in range(reps):  # interleaved
@@ -167,20 +177,22 @@ def time_variants(variants: dict, reps: int, device) -> dict:
             fn()
             sync(device)
             times[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {k: statistics.median(v) for k, v in times.items()}, first
 
 
 def train_table(size, args, device, peak) -> None:
     names = [("ours", s) for s in args.scorers]
     if args.compile:
         names += [("ours-compile", s) for s in args.scorers]
+    if args.bf16_rows and not args.bf16:
+        names += [("ours-bf16", s) for s in args.scorers]
     if device.type == "cuda":
         names += [("ours-flex", s) for s in args.scorers if s in ("softmax", "ssa")]
     if hf_available() and not args.no_hf:
         names += [("hf", s) for s in args.scorers if s in ("softmax", "ssa")]
     reps = args.reps or (30 if size == "small" else 6)
     variants = {n: make_step(size, *n, device, args.batch, args.n_points, args.bf16) for n in names}
-    med = time_variants(variants, reps, device)
+    med, first = time_variants(variants, reps, device)
     base = med[("ours", args.scorers[0])]
     params = variants[("ours", args.scorers[0])][2]
     print(
@@ -199,6 +211,18 @@ def train_table(size, args, device, peak) -> None:
             f"  {impl + ' ' + s:<22} {m * 1e3:>9.1f} {m / base:>16.2f} {vs_hf} {rate / 1e9:>8.1f} "
             f"{100 * rate / peak:>6.1f}%"
         )
+    for s in args.scorers if args.compile else ():
+        # train.compile=true pays its compile once (again at the curriculum's second prompt length, when
+        # dynamo recompiles with dynamic shapes); it wins after overhead / (eager − compiled) steps
+        eager, comp = med[("ours", s)], med[("ours-compile", s)]
+        overhead = first[("ours-compile", s)] - comp
+        gain = eager - comp
+        first_c, first_e = first[("ours-compile", s)], first[("ours", s)]
+        print(
+            f"  compile {s}: first step {first_c:.1f} s (eager {first_e:.2f} s), "
+            f"steady {comp * 1e3:.1f} vs {eager * 1e3:.1f} ms: "
+            + (f"break-even after {overhead / gain:,.0f} steps" if gain > 0 else "never breaks even")
+        )
     if device.type == "cuda" and size == "paper":
         for (impl, s), m in med.items():
             print(
@@ -207,35 +231,83 @@ def train_table(size, args, device, peak) -> None:
             )
 
 
-def eval_throughput(device) -> None:
-    """Sequences/s of the paper's quantifier grid protocol on the default model (untrained weights:
-    speed does not depend on them)."""
-    from ssa_repro.evaluation.quantifier_grid import quantifier_grid
+def eval_throughput(device, args) -> None:
+    """Sequences/s of the quantifier grid (the paper's protocol: conf/eval/quantifier_grid.yaml) on the
+    default model, for each scorer through the plain path (softmax: SDPA; SSA: its fused eager node) and
+    the fused one (compiled FlexAttention, ssa_repro/scorers/flex.py), and the projected time of the
+    full grid. Untrained weights: speed does not depend on them.
+
+    ``--eval-prompts`` prompts at each of the grid's 20 lengths go through ``predict_batches`` (what the
+    grid runs per length: every σ's prompts joined, chunked by the memory bounds), length by length with
+    the variants interleaved at each length; a variant's rate is its prompts over its summed time, so
+    every length weighs as in the full grid. Compilation happens in a warm-up on the shortest and the
+    longest length (both shape families), timed and reported separately ("compile s": the warm-up minus
+    the same calls once compiled)."""
+    from ssa_repro.evaluation.common import predict_batches
+    from ssa_repro.scorers import flex
     from ssa_repro.tasks.quantifier import QuantifierTaskConfig
 
     eval_cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "eval" / "quantifier_grid.yaml")
-    lengths, sigmas = list(eval_cfg.lengths), list(eval_cfg.sigmas)
+    lengths, sigmas, bsz = list(eval_cfg.lengths), list(eval_cfg.sigmas), eval_cfg.batch_size
+    grid = len(sigmas) * len(lengths) * eval_cfg.n_samples * bsz  # prompts in the full grid
     task = build_task(OmegaConf.structured(QuantifierTaskConfig(name="every")))
-    print("\nevaluation: quantifier grid (every), default model, paper protocol")
-    for scorer in ("softmax", "ssa"):
+    models = {}
+    for scorer in args.scorers:
         torch.manual_seed(0)
         cfg = OmegaConf.create(SIZES["small"])
-        model = build_model(cfg, OmegaConf.structured(SCORERS.schemas[scorer]())).to(device).eval()
-        n_samples, bsz, some = 2, eval_cfg.batch_size, sigmas[:2]
-        t = time.perf_counter()
-        quantifier_grid(
-            model, task, sigmas=some, lengths=lengths, n_samples=n_samples, batch_size=bsz,
-            skip_first=3, seed=0, device=device,
-        )  # fmt: skip
-        sync(device)
-        dt = time.perf_counter() - t
-        rate = len(some) * len(lengths) * n_samples * bsz / dt
-        full = len(sigmas) * len(lengths) * eval_cfg.n_samples * bsz / rate
+        models[scorer] = build_model(cfg, OmegaConf.structured(SCORERS.schemas[scorer]())).to(device).eval()
+    variants = [(s, path) for s in args.scorers for path in ("plain", "fused")]
+    g = torch.Generator().manual_seed(0)
+    n_batches = max(1, args.eval_prompts // bsz)
+
+    def prompts(n):
+        return [task.sample(bsz, n, g, "cpu").to(device) for _ in range(n_batches)]
+
+    def run(variant, batches) -> float:
+        scorer, path = variant
+        with flex.inference_path(path):
+            sync(device)
+            t = time.perf_counter()
+            predict_batches(models[scorer], batches)
+            sync(device)
+            return time.perf_counter() - t
+
+    warm = {v: 0.0 for v in variants}
+    ends = {n: prompts(n) for n in (lengths[0], lengths[-1])}
+    for v in variants:  # first calls compile (fused); the second calls time the same work compiled
+        first = sum(run(v, b) for b in ends.values())
+        warm[v] = first - sum(run(v, b) for b in ends.values())
+    times = {v: 0.0 for v in variants}
+    for i, n in enumerate(lengths):
+        batches = prompts(n)
+        order = variants[i % len(variants) :] + variants[: i % len(variants)]  # rotate who goes first
+        for v in order:
+            times[v] += run(v, batches)
+    total = len(lengths) * n_batches * bsz
+    base = times[variants[0]]
+    params = count_parameters(models[args.scorers[0]])
+    print(
+        f"\nevaluation: quantifier grid (every), default model ({params:,} parameters), {n_batches * bsz} "
+        f"prompts at each of {len(lengths)} lengths ({lengths[0]}..{lengths[-1]} numbers, "
+        f"{2 * lengths[0]}..{2 * lengths[-1]} tokens), variants interleaved per length"
+    )
+    print(
+        f"  {'variant':<16} {'sequences/s':>11} {'time vs ' + variants[0][0] + ' plain':>20} "
+        f"{'fused speed-up':>14} {'compile s':>9} {'full grid':>10}"
+    )
+    for v in variants:
+        rate = total / times[v]
+        fused = v[1] == "fused"
+        speedup = f"{times[(v[0], 'plain')] / times[v]:14.2f}" if fused else f"{'':>14}"
+        compile_s = f"{warm[v]:9.1f}" if fused else f"{'-':>9}"
         print(
-            f"  {scorer:<8} {rate:>9,.0f} sequences/s (mean length {sum(lengths) / len(lengths):.0f}); "
-            f"full grid ({len(sigmas)} σ × {len(lengths)} lengths × {eval_cfg.n_samples * bsz} prompts): "
-            f"{full / 60:.1f} min"
+            f"  {v[0] + ' ' + v[1]:<16} {rate:>11,.0f} {times[v] / base:>20.2f} {speedup} {compile_s} "
+            f"{grid / rate / 60:>7.1f} min"
         )
+    print(
+        f"  full grid: {len(sigmas)} σ × {len(lengths)} lengths × {eval_cfg.n_samples * bsz} prompts = "
+        f"{grid:,} prompts; 'auto' (the default) runs {', '.join(flex.PLAIN_FIRST)} plain, the others fused"
+    )
 
 
 def main():
@@ -250,8 +322,15 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (what train.precision=bf16 does)")
     p.add_argument("--compile", action="store_true", help="also time torch.compile'd variants of ours")
+    p.add_argument(
+        "--bf16-rows", action="store_true", help="also time bf16-autocast variants of ours, beside fp32"
+    )
     p.add_argument("--no-hf", action="store_true", help="skip the HF GPT2Model reference")
     p.add_argument("--no-eval", action="store_true", help="skip the evaluation throughput")
+    p.add_argument("--eval-only", action="store_true", help="only the evaluation throughput (a quick run)")
+    p.add_argument(
+        "--eval-prompts", type=int, default=256, help="prompts per grid length in the evaluation rows"
+    )
     args = p.parse_args()
     for s in args.scorers:
         SCORERS.get(s)  # unknown names fail here, listing the registered ones
@@ -265,10 +344,11 @@ def main():
     )
     if not hf_available() and not args.no_hf:
         print("(HF reference skipped: install the bench extra, pip install -e '.[bench]')")
-    for size in args.sizes:
-        train_table(size, args, device, peak)
+    if not args.eval_only:
+        for size in args.sizes:
+            train_table(size, args, device, peak)
     if not args.no_eval:
-        eval_throughput(device)
+        eval_throughput(device, args)
 
 
 if __name__ == "__main__":

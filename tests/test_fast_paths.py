@@ -19,6 +19,18 @@ from ssa_repro.training import validate
 from tests.conftest import make_cfg
 
 FAST = [n for n in SCORERS.names() if SCORERS.get(n).attend is not Scorer.attend]
+# Every scorer whose weights are a softmax of a score_mod, with the configurations worth telling apart
+# (SSA per head and per layer and its parametrisations, a hybrid of softmax and average heads).
+WITH_SCORE_MOD = [
+    ("softmax", {}),
+    ("ssa", {}),
+    ("ssa", {"per_head": False}),
+    ("ssa", {"param": "raw", "b_init": 0.8}),
+    ("temperature", {}),
+    ("ssmax", {}),
+    ("softplus", {"scale": 1.3, "power": 2.0}),
+    ("hybrid", {"heads": ["softmax", "average"]}),
+]
 SSA_VARIANTS = [
     {},
     {"per_head": False},
@@ -126,15 +138,12 @@ def test_model_auto_and_eager_agree(name):
     assert_close(*results)
 
 
-@pytest.mark.parametrize("kw", [{}, {"per_head": False}, {"param": "raw", "b_init": 0.8}])
-@pytest.mark.parametrize("name", ["softmax", "ssa"])
+@pytest.mark.parametrize("name,kw", WITH_SCORE_MOD)
 def test_flex_score_mod_equals_plain_path(name, kw):
     """FlexAttention's forward runs on CPU (its backward needs CUDA): the score_mod gives the plain
     path's output. Uncompiled, i.e. PyTorch's reference implementation of the same semantics."""
     from ssa_repro.scorers.flex import flex_attend
 
-    if name == "softmax" and kw:
-        pytest.skip("softmax has no options")
     s = scorer(name, **kw)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, 16, 8, generator=g) for _ in range(3))
@@ -144,6 +153,18 @@ def test_flex_score_mod_equals_plain_path(name, kw):
         y = flex_attend(q, k, v, s.score_mod(), causal=True, compiled=False)
         ref, _ = Scorer.attend(s, q, k, v, mask)
     torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_scorers_without_a_softmax_form_have_no_score_mod():
+    """Sparse normalisers inherit Temperature but are not a softmax: no score_mod (validate.py compares
+    the method with the base's); hybrids with tanh/relu/sigmoid heads return None."""
+    for name in ("sparsemax", "entmax15", "entmax_alpha", "sa_softmax", "cosformer"):
+        assert SCORERS.get(name).score_mod is Scorer.score_mod
+    assert scorer("hybrid", heads=["softmax", "tanh"]).score_mod() is None
+    with pytest.raises(ValueError, match="no FlexAttention score_mod"):
+        from ssa_repro.scorers.flex import flex_attend
+
+        flex_attend(*(torch.zeros(1, 4, 3, 8) for _ in range(3)), None, causal=True)
 
 
 def test_flex_is_refused_where_it_cannot_run():
@@ -200,3 +221,223 @@ def test_evaluation_in_one_pass_equals_batch_by_batch():
     for b, p, c in zip(batches, joined, chunked, strict=True):
         torch.testing.assert_close(p, common.predict(model, b), rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(c, p, rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- fused inference
+# FlexAttention compiled for inference (model.attn_impl=auto, gradients off; ssa_repro/scorers/flex.py).
+# Each score_mod costs a compile per shape family (T <= flex.CPU_BLOCK, T > it, bidirectional), a few
+# seconds each: the tests use the TINY models' head shape (2 heads of 8), shared with the rest of the
+# suite, and both causal families for SSA only.
+FUSED_LENGTHS = {"ssa": (5, 64, 65, 100)}  # both sides of the block size: the two causal graphs
+
+
+def model_qkv(bsz, t, g, n_head=2, d=8):
+    """q, k, v [B, H, T, D] laid out as SelfAttention makes them (views of one [B, T, 3C] projection):
+    strides are part of the compiled graph's guards, so these share the model's graphs."""
+    qkv = torch.randn(bsz, t, 3 * n_head * d, generator=g)
+    return (z.view(bsz, t, n_head, d).transpose(1, 2) for z in qkv.split(n_head * d, dim=2))
+
+
+def test_every_scorer_with_a_score_mod_is_covered():
+    covered = {n for n, _ in WITH_SCORE_MOD}
+    with_mod = {n for n in SCORERS.names() if SCORERS.get(n).score_mod is not Scorer.score_mod}
+    assert with_mod <= covered, f"add {sorted(with_mod - covered)} to WITH_SCORE_MOD"
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name,kw", WITH_SCORE_MOD)
+def test_fused_inference_equals_plain_path(name, kw, causal):
+    """The compiled kernel's output equals the plain path (logits -> weights -> weights @ v) to float32
+    rounding, at several lengths and batch sizes."""
+    from ssa_repro.scorers import flex
+
+    s = scorer(name, n_head=2, **kw)
+    g = torch.Generator().manual_seed(0)
+    for t in FUSED_LENGTHS.get(name, (5, 40)):
+        for bsz in (2, 7):
+            mask = torch.ones(t, t, dtype=torch.bool).tril() if causal else None
+            with torch.inference_mode(), flex.inference_path("fused"):
+                q, k, v = model_qkv(bsz, t, g)  # inference tensors, as in evaluation (their own graphs)
+                y = flex.fused_inference(s, q, k, v, causal)
+                ref, _ = Scorer.attend(s, q, k, v, mask)
+            if not causal and getattr(s.score_mod(), "causal_only", False):
+                assert y is None  # counts keys as q_idx + 1: the plain path serves the encoder
+                continue
+            assert y is not None, flex._failed
+            torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+
+
+def _auto_and_eager(*overrides):
+    """The same weights (scorer parameters moved off their initial values) with model.attn_impl=auto
+    and =eager, in eval mode."""
+    cfg = make_cfg(*overrides)
+    torch.manual_seed(0)
+    auto = build_model(cfg.model, cfg.scorer)
+    with torch.no_grad():
+        for p in auto.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    cfg.model.attn_impl = "eager"
+    eager = build_model(cfg.model, cfg.scorer)
+    eager.load_state_dict(auto.state_dict())
+    return cfg, auto.eval(), eager.eval()
+
+
+@pytest.fixture
+def fused_calls(monkeypatch):
+    """Records, per attention call, whether the fused path ran (True) or handed back to the plain one."""
+    from ssa_repro.models import attention
+
+    calls = []
+
+    def spy(*args, **kw):
+        y = fused(*args, **kw)
+        calls.append(y is not None)
+        return y
+
+    fused = attention.fused_inference
+    monkeypatch.setattr(attention, "fused_inference", spy)
+    return calls
+
+
+@pytest.mark.parametrize("name", ["ssa", "ssa_nanogpt", "temperature"])
+def test_fused_model_predictions_equal_eager(name, fused_calls):
+    """Whole-model predictions on quantifier prompts at three lengths (both causal shape families):
+    equal to model.attn_impl=eager to 1e-5, and the same signs, hence the same sign errors."""
+    from ssa_repro.tasks import build_task
+
+    cfg, auto, eager = _auto_and_eager(f"scorer={name}", "task=every", "model.max_positions=256")
+    task = build_task(cfg.task)
+    g = torch.Generator().manual_seed(0)
+    for n in (5, 40, 100):  # numbers; prompts of 2n tokens
+        batch = task.sample(16, n, g, "cpu")
+        with torch.inference_mode():
+            a = auto(batch.tokens)[:, batch.pred_idx]
+            e = eager(batch.tokens)[:, batch.pred_idx]
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+        assert torch.equal(a > 0, e > 0)
+        assert torch.equal(task.error(a, batch.targets), task.error(e, batch.targets))
+    assert fused_calls and all(fused_calls)  # every attention call of `auto` ran fused
+
+
+def test_fused_encoder_equals_eager(fused_calls):
+    """model.causal=false (no mask: one graph for every length)."""
+    _, auto, eager = _auto_and_eager("scorer=ssa", "model.causal=false", "model.max_positions=256")
+    g = torch.Generator().manual_seed(0)
+    for t in (7, 100):
+        tokens = torch.randn(3, t, 1, generator=g)
+        with torch.inference_mode():
+            torch.testing.assert_close(auto(tokens), eager(tokens), rtol=1e-5, atol=1e-5)
+    assert fused_calls and all(fused_calls)
+
+
+def test_fused_causal_prefix_is_exact():
+    """What makes lengths interchangeable for a causal model: outputs on the first T tokens of a longer
+    prompt equal those of the T-token prompt (keys and queries past T are masked out of earlier rows), in
+    either shape family, through the fused path."""
+    _, auto, _ = _auto_and_eager("scorer=ssa", "model.max_positions=256")
+    tokens = torch.randn(4, 130, 1, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        full = auto(tokens)
+        for t in (7, 64, 65, 129):
+            torch.testing.assert_close(auto(tokens[:, :t]), full[:, :t], rtol=1e-5, atol=1e-5)
+
+
+def test_fused_path_is_chosen_for_inference_only(fused_calls):
+    """Fused: gradients off under attn_impl=auto. Plain: grad enabled (training), need_weights (maps),
+    attn_impl=eager, and softmax (SDPA, flex.PLAIN_FIRST)."""
+    _, auto, eager = _auto_and_eager("scorer=ssa")
+    _, softmax, _ = _auto_and_eager("scorer=softmax")
+    tokens = torch.randn(2, 9, 1)
+    with torch.no_grad():  # no_grad counts as inference, not only inference_mode
+        auto(tokens)
+    assert fused_calls == [True]
+    fused_calls.clear()
+    auto(tokens).sum().backward()  # training: the plain path, gradients flow
+    assert fused_calls == [False] and auto.blocks[0].attn.scorer.beta.grad is not None
+    fused_calls.clear()
+    with torch.inference_mode():
+        out, maps = auto(tokens, need_weights=True)
+        eager(tokens)
+        assert fused_calls == [] and len(maps) == 1
+        softmax(tokens)
+    assert fused_calls == [False]
+
+
+def test_fused_inference_compiles_once_per_shape_family(caplog):
+    """20 lengths x several batch sizes, and a new scorer instance with other captured values, cost two
+    graphs (T <= block, T > block), each logged with its compile time; a batch of one takes the plain
+    path (a size-1 dimension would be a graph of its own). A score_mod of its own (a test
+    scorer) makes the count independent of what other tests compiled."""
+    from torch._dynamo.utils import counters
+
+    from ssa_repro.scorers import flex
+
+    class HeadScale(Scorer):  # softmax(w_h · x)
+        def __init__(self, n_head):
+            super().__init__(OmegaConf.create({"name": "head_scale"}), n_head)
+            self.w = torch.nn.Parameter(torch.rand(n_head) + 0.5)
+
+        def score_mod(self):
+            w = self.w
+
+            def head_scale_mod(x, b, h, q_idx, kv_idx):
+                return w[h] * x
+
+            return head_scale_mod
+
+    g = torch.Generator().manual_seed(0)
+    graphs = counters["stats"]["unique_graphs"]
+    with caplog.at_level("INFO", logger="ssa_repro.evaluate"), torch.inference_mode():
+        for s in (HeadScale(2), HeadScale(2)):
+            for t in range(20, 420, 20):  # the quantifier grid's 20 lengths (10..200 numbers), in tokens
+                for bsz in (2, 5, 37):
+                    q, k, v = model_qkv(bsz, t, g)
+                    assert flex.fused_inference(s, q, k, v, causal=True) is not None
+            assert flex.fused_inference(s, *model_qkv(1, 9, g), causal=True) is None  # B = 1: plain
+    assert counters["stats"]["unique_graphs"] - graphs == 2
+    compiled = [r.getMessage() for r in caplog.records if "compiling FlexAttention" in r.getMessage()]
+    assert len(compiled) == 2 and all("HeadScale" in m and " took " in m for m in compiled)
+
+
+def test_fused_inference_falls_back_with_one_warning(monkeypatch, caplog):
+    """A failing compile (here simulated) gives the plain path's numbers and one warning, never an error."""
+    from ssa_repro.scorers import flex
+
+    def broken(*args, **kw):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(flex, "_compiled_inference", broken)
+    monkeypatch.setattr(flex, "_failed", {})
+    _, auto, eager = _auto_and_eager("scorer=ssa")
+    tokens = torch.randn(2, 9, 1)
+    with caplog.at_level("WARNING", logger="ssa_repro.evaluate"), torch.inference_mode():
+        for _ in range(2):
+            torch.testing.assert_close(auto(tokens), eager(tokens), rtol=1e-5, atol=1e-5)
+    warned = [r for r in caplog.records if r.name == "ssa_repro.evaluate" and r.levelname == "WARNING"]
+    assert len(warned) == 1 and "no C++ compiler" in warned[0].getMessage()
+
+
+@pytest.mark.slow
+def test_fused_inference_survives_a_missing_compiler(monkeypatch, caplog):
+    """The real failure: inductor's C++ compiler is missing (caches off, a score_mod never compiled)."""
+    import torch._inductor.config as inductor_config
+
+    from ssa_repro.scorers import flex
+
+    class Halved(Scorer):
+        def score_mod(self):
+            def halved_mod(x, b, h, q_idx, kv_idx):
+                return 0.5 * x
+
+            return halved_mod
+
+    s = Halved(OmegaConf.create({"name": "halved"}), 2)
+    monkeypatch.setattr(flex, "_failed", {})
+    q, k, v = model_qkv(3, 20, torch.Generator().manual_seed(0))
+    broken = {"cpp.cxx": ("/nonexistent/g++",), "force_disable_caches": True}
+    with inductor_config.patch(broken), caplog.at_level("WARNING", logger="ssa_repro.evaluate"):
+        with torch.inference_mode():
+            assert flex.fused_inference(s, q, k, v, causal=True) is None
+            assert flex.fused_inference(s, q, k, v, causal=True) is None
+    warned = [r.getMessage() for r in caplog.records if r.name == "ssa_repro.evaluate"]
+    assert len(warned) == 1 and "compiler" in warned[0]

@@ -7,7 +7,7 @@ from torch import nn
 
 from ssa_repro.scorers import build_scorer
 from ssa_repro.scorers.base import Scorer
-from ssa_repro.scorers.flex import flex_attend
+from ssa_repro.scorers.flex import flex_attend, fused_inference
 
 
 class SelfAttention(nn.Module):
@@ -27,12 +27,18 @@ class SelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(c, dim=2)
         # [B, T, C] -> [B, H, T, C/H]
         q, k, v = (z.view(bsz, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
-        mask = None
-        if self.causal:
-            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()  # [T, S], True = visible
-        if self.impl == "flex" and not need_weights:  # fused CUDA kernel (validate.py checks the scorer)
-            y, w = flex_attend(q, k, v, self.scorer.score_mod(), causal=self.causal), None
-        else:
+        # The path (ssa_repro/scorers/flex.py): "flex" trains through FlexAttention (CUDA); "auto" with
+        # gradients disabled (evaluation) runs the scorer's score_mod in compiled FlexAttention, None
+        # where it has none, or prefers its own kernel (softmax: SDPA), or the compile failed.
+        y = w = None
+        if self.impl == "flex" and not need_weights:
+            y = flex_attend(q, k, v, self.scorer.score_mod(), causal=self.causal)
+        elif self.impl == "auto" and not need_weights:
+            y = fused_inference(self.scorer, q, k, v, causal=self.causal)
+        if y is None:
+            mask = None
+            if self.causal:
+                mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()  # [T, S], True = visible
             # eager: Scorer.attend itself (logits -> weights -> weights @ v), skipping fused overrides
             attend = Scorer.attend.__get__(self.scorer) if self.impl == "eager" else self.scorer.attend
             y, w = attend(q, k, v, mask, is_causal=self.causal, need_weights=need_weights)

@@ -1,20 +1,72 @@
-"""FlexAttention (CUDA): a scorer written as a ``score_mod`` runs inside PyTorch's fused, tiled
-attention kernel, so the [B, H, T, S] weights never reach memory (``model.attn_impl=flex``).
+"""FlexAttention: a scorer written as a ``score_mod`` runs inside PyTorch's fused, tiled attention kernel,
+so the [B, H, T, S] weights never reach memory.
 
 A score_mod maps each scaled logit x = q·k/√d (a 0-d tensor inside the kernel) to the value the softmax
 sees; SSA's is t(x) = n_h·sgn(x)·log1p(b_h|x|) with b and n captured per head, so gradients reach them.
-torch 2.13 has no FlexAttention backward on CPU, so training with it needs CUDA (validate.py says so);
-its forward runs anywhere, which is how tests/test_fast_paths.py checks each score_mod against the plain
-path on CPU.
+The kernel then computes, for the keys j visible to query i,
+
+    y_i = Σ_j softmax_j(score_mod(x_ij)) · v_j,     q, k, v [B, H, T, D] -> y [B, H, T, D]
+
+which is the plain path (logits -> weights [B, H, T, S] -> weights @ v) whenever the scorer's weights are a
+softmax of a function of x, the head and the positions (softmax, SSA, temperature, SSMax, softplus,
+hybrid softmax/average heads; each scorer's ``score_mod`` says it).
+
+Two uses:
+
+- **Training on CUDA**, ``model.attn_impl=flex`` (:func:`flex_attend`). torch 2.13 has no FlexAttention
+  backward on CPU (validate.py refuses it there).
+- **Inference on CPU and CUDA**, ``model.attn_impl=auto`` (the default) while gradients are disabled
+  (``torch.no_grad`` or ``torch.inference_mode``: :func:`fused_inference`). The condition is
+  ``not torch.is_grad_enabled()`` rather than ``torch.is_inference_mode_enabled()``: it is exactly the case
+  in which no backward can be asked for (inference mode implies it), so evaluations written with
+  ``no_grad`` (perplexity, multiple choice) get the kernel too. Softmax keeps SDPA, a fused kernel
+  already (see :data:`PLAIN_FIRST`); scorers without a score_mod, attention maps (``need_weights``)
+  and ``model.attn_impl=eager`` keep the plain path; so does training (grad enabled), whose CPU path is
+  the scorer's fused eager ``attend``.
+
+Compilation (inference). ``flex_attention`` is compiled once with ``dynamic=True``: batch size and
+sequence length are symbols, so the many prompt lengths and chunk sizes of an evaluation share a graph.
+The compiler still specialises sizes of 1 (a one-block mask, a batch of one), so a causal scorer costs
+two graphs — T <= block and T > block — and a bidirectional one a single graph; batches of one and
+single tokens (little work, a graph each) take the plain path. Each graph is a compile of a few seconds
+(more on a cold inductor cache), logged as "compiling FlexAttention for ... took N s". The captured
+score_mod tensors (SSA's b and n per head) are graph inputs, not constants, so new model or scorer
+instances reuse the graphs (tests/test_fast_paths.py checks the graph count); inputs made under
+``inference_mode`` and under ``no_grad`` differ in dispatch keys, so a process using both compiles both.
+If compiling or running the kernel fails (no C++ compiler, an unsupported platform, dynamo's recompile
+limit), that scorer runs the plain path for the rest of the process, after one warning.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
+import time
 
 import torch
 
-_compiled = None
+log = logging.getLogger("ssa_repro.evaluate")
+
+# Sparse block size of the causal block mask on CPU. The C++ kernel tiles queries and keys by it and
+# skips the tiles above the diagonal: 64 was as fast as 128 at 400 tokens and faster at 100-200
+# (finer causal skipping) with the default model's head size 16. CUDA keeps 128, the Triton default.
+CPU_BLOCK = 64
+
+# Scorers (registered names) whose own attend is a fused kernel, kept at inference: softmax through SDPA.
+# On the quantifier grid FlexAttention was 1.05x faster in steady state (scripts/bench.py --eval-only),
+# but it costs two compiles per process (2-10 s), more than it saves on the short evaluation a training
+# run ends with; an empty tuple sends softmax through FlexAttention too.
+PLAIN_FIRST = ("softmax",)
+
+# Graph budget for the inference compile: dynamo's default limit (8 graphs per function) is shared by
+# every score_mod in the process; past this limit dynamo raises, and the plain path takes over.
+RECOMPILE_LIMIT = 64
+
+_mode = "auto"  # inference_path(): "auto" | "plain" | "fused"
+_compiled = None  # flex_attention compiled for training (model.attn_impl=flex)
+_compiled_inference = None  # flex_attention compiled with dynamic shapes, for inference
+_failed: dict = {}  # score_mod code -> why fused inference failed for it (the plain path takes over)
 
 
 def _causal(b, h, q_idx, kv_idx):
@@ -22,16 +74,27 @@ def _causal(b, h, q_idx, kv_idx):
 
 
 @functools.lru_cache(maxsize=64)
-def _causal_block_mask(t: int, s: int, device: str):
+def _causal_block_mask(t: int, s: int, device: str, block: int = 128):
     from torch.nn.attention.flex_attention import create_block_mask
 
-    return create_block_mask(_causal, None, None, t, s, device=device)
+    return create_block_mask(_causal, None, None, t, s, device=device, BLOCK_SIZE=block)
+
+
+def _check(score_mod, causal: bool) -> None:
+    if score_mod is None:
+        raise ValueError("this scorer (with this config) has no FlexAttention score_mod")
+    if getattr(score_mod, "causal_only", False) and not causal:
+        raise ValueError(
+            "this scorer's score_mod counts the visible keys as q_idx + 1, which holds under the causal "
+            "mask only (model.causal=false needs the plain path: model.attn_impl=auto|eager)"
+        )
 
 
 def flex_attend(q, k, v, score_mod, causal: bool, compiled: bool = True) -> torch.Tensor:
     """softmax(score_mod(q·kᵀ/√d)) @ v with the causal mask as a block mask; q, k, v [B, H, T, D]."""
     from torch.nn.attention.flex_attention import flex_attention
 
+    _check(score_mod, causal)
     global _compiled
     fn = flex_attention
     if compiled:  # uncompiled flex_attention is a slow reference implementation
@@ -40,3 +103,85 @@ def flex_attend(q, k, v, score_mod, causal: bool, compiled: bool = True) -> torc
         fn = _compiled
     mask = _causal_block_mask(q.shape[-2], k.shape[-2], str(q.device)) if causal else None
     return fn(q, k, v, score_mod=score_mod, block_mask=mask)
+
+
+@contextlib.contextmanager
+def inference_path(mode: str):
+    """Within the block, inference under ``model.attn_impl=auto`` takes the path ``mode``: "auto" (the
+    default: FlexAttention where a score_mod exists, except :data:`PLAIN_FIRST`), "plain" (never), or
+    "fused" (wherever a score_mod exists, softmax included). For benchmarks and tests."""
+    global _mode
+    if mode not in ("auto", "plain", "fused"):
+        raise ValueError(f"inference path {mode!r}; allowed: auto, plain, fused")
+    old, _mode = _mode, mode
+    try:
+        yield
+    finally:
+        _mode = old
+
+
+def inference_score_mod(scorer, causal: bool):
+    """The score_mod the fused inference path would run for ``scorer``, or None (plain path)."""
+    if _mode == "plain" or (_mode == "auto" and getattr(scorer.cfg, "name", None) in PLAIN_FIRST):
+        return None
+    mod = scorer.score_mod()
+    if mod is None or (getattr(mod, "causal_only", False) and not causal):
+        return None
+    return mod
+
+
+def fused_inference(scorer, q, k, v, causal: bool) -> torch.Tensor | None:
+    """The scorer's attention output [B, H, T, D] through compiled FlexAttention, or None where the plain
+    path should run: gradients enabled, inside another compile, no score_mod (or softmax, see
+    :data:`PLAIN_FIRST`), a dtype or device the kernel lacks, B = 1 or T = 1, or after a failure.
+
+    q, k, v [B, H, T, D] (self-attention: S = T). Their strides are part of the compiled graph's guards:
+    the model's are views of one [B, T, 3C] projection, the same at every call.
+    """
+    global _compiled_inference
+    if torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return None
+    if q.device.type not in ("cpu", "cuda") or q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return None
+    bsz, _, t, _ = q.shape
+    if bsz == 1 or t == 1:  # the compiler specialises sizes of 1: a graph of its own, for little work
+        return None
+    mod = inference_score_mod(scorer, causal)
+    if mod is None or mod.__code__ in _failed:
+        return None
+    cpu = q.device.type == "cpu"
+    block = CPU_BLOCK if cpu else 128
+    mask = _causal_block_mask(t, t, str(q.device), block) if causal else None
+    from torch._dynamo.utils import counters
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if _compiled_inference is None:
+        _compiled_inference = torch.compile(flex_attention, dynamic=True)
+    graphs, start = counters["stats"]["unique_graphs"], time.perf_counter()
+    try:
+        # specialize_float: floats captured by a score_mod (softplus' c and p) are constants; as symbolic
+        # floats (dynamic=True's default) the CPU kernel's lowering fails on them
+        with torch._dynamo.config.patch(
+            recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True, specialize_float=True
+        ):
+            y = _compiled_inference(q, k, v, score_mod=mod, block_mask=mask)
+    except Exception as e:  # no compiler, unsupported platform, recompile limit: never fail an evaluation
+        why = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        _failed[mod.__code__] = f"{type(e).__name__}: {why}"
+        log.warning(
+            "FlexAttention failed for %s (%s); it runs the plain path for the rest of this process",
+            type(scorer).__name__,
+            _failed[mod.__code__],
+        )
+        return None
+    if counters["stats"]["unique_graphs"] != graphs:
+        family = (f"causal, T {'<=' if t <= block else '>'} {block}") if causal else "bidirectional"
+        log.info(
+            "compiling FlexAttention for %s (%s, %s, %s) took %.1f s",
+            type(scorer).__name__,
+            family,
+            q.device.type,
+            str(q.dtype).removeprefix("torch."),
+            time.perf_counter() - start,
+        )
+    return y

@@ -80,3 +80,16 @@ class Hybrid(Scorer):
             for h, name in enumerate(self.per_head)
         ]
         return torch.stack(cols, dim=1).to(logits.dtype)  # [B, H, T, S]
+
+    def score_mod(self):
+        """Softmax heads keep x; average heads score every key 0, and a softmax of zeros over the n_i
+        visible keys is 1/n_i. Other functions are not a softmax of anything: no score_mod (None)."""
+        if not set(self.per_head) <= NORMALISED:
+            return None
+        # the heads that average, as bits of a Python int: no tensor to place on the model's device
+        average = sum(1 << h for h, name in enumerate(self.per_head) if name == "average")
+
+        def hybrid_mod(x, b, h, q_idx, kv_idx):
+            return torch.where(((average >> h) & 1) == 1, 0.0, x)
+
+        return hybrid_mod

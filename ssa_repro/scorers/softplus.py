@@ -45,3 +45,15 @@ class SoftplusAttention(Scorer):
         # log softplus(z) without underflow; the clamp keeps the unused branch (and its gradient) finite
         log_s = torch.where(z < -20, z, torch.log(F.softplus(z.clamp(min=-20))))
         return masked_softmax(self.cfg.power * log_s, mask).to(logits.dtype)
+
+    def score_mod(self):
+        """p · log softplus(c · log(n_i) · x) with n_i = q_idx + 1 (the causal visible count, hence
+        ``causal_only``): the value ``forward`` feeds its softmax, so the kernel's softmax is exact."""
+        c, p = float(self.cfg.scale), float(self.cfg.power)
+
+        def softplus_mod(x, b, h, q_idx, kv_idx):
+            z = c * torch.log((q_idx + 1).to(x.dtype)) * x
+            return p * torch.where(z < -20, z, torch.log(F.softplus(z.clamp(min=-20))))
+
+        softplus_mod.causal_only = True
+        return softplus_mod

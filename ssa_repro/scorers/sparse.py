@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import entmax
 import torch
 
-from ssa_repro.scorers.base import ScorerConfig, at_least_float32, param_or_buffer
+from ssa_repro.scorers.base import Scorer, ScorerConfig, at_least_float32, param_or_buffer
 from ssa_repro.scorers.registry import SCORERS
 from ssa_repro.scorers.temperature import Temperature, check_tau
 
@@ -46,6 +46,10 @@ class EntmaxAlphaConfig(SparseConfig):
 
 class _Sparse(Temperature):
     """Temperature in front (its τ and checks), then a sparse normaliser instead of softmax."""
+
+    # not a softmax of anything: no FlexAttention score_mod (Temperature's would be wrong here); the
+    # base method itself, so validate.py, which compares methods, refuses model.attn_impl=flex
+    score_mod = Scorer.score_mod
 
     def normalise(self, z: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -178,13 +178,15 @@ class SSA(Scorer):
         return w.to(v.dtype) @ v, None
 
     def score_mod(self):
-        b, n = self.b, self.n  # [H|1], computed once per forward; gradients flow through the capture
-        per_head = b.shape[0] > 1
+        # b, n [H]: per-layer values repeated over the heads, so that per-head and per-layer SSA are one
+        # compiled graph (the tensors are kernel inputs, indexed by the head); fresh tensors, not the
+        # parameters themselves (param=raw), whose requires_grad would be a graph of its own at inference.
+        # Gradients flow through the capture (computed once per forward)
+        b, n = (z.expand(self.n_head).clone() for z in (self.b, self.n))
 
-        def ssa_mod(x, batch, h, q_idx, kv_idx):
-            i = h if per_head else 0
+        def ssa_mod(x, batch, h, q_idx, kv_idx):  # t(x) = n_h·sgn(x)·log1p(b_h|x|), as in ssa_transform
             s = torch.where(x >= 0, 1.0, -1.0)
-            return s * n[i] * torch.log1p(b[i] * (s * x))
+            return s * n[h] * torch.log1p(b[h] * (s * x))
 
         return ssa_mod
 

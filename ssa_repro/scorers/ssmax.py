@@ -32,5 +32,16 @@ class SSMax(Scorer):
         log_n = visible_count(mask, logits.shape, logits.device).log()  # [T, 1] or [1, 1, 1]
         return masked_softmax(self.s.view(-1, 1, 1) * log_n * logits, mask).to(logits.dtype)
 
+    def score_mod(self):
+        """s_h · log(n_i) · x with n_i = q_idx + 1: the visible count under the causal mask only (without
+        it n_i is the key count, which a score_mod does not see), hence ``causal_only``."""
+        s = self.s  # [H]
+
+        def ssmax_mod(x, b, h, q_idx, kv_idx):
+            return s[h] * torch.log((q_idx + 1).to(x.dtype)) * x
+
+        ssmax_mod.causal_only = True
+        return ssmax_mod
+
     def stats(self):
         return {"s": self.s.detach()}

@@ -55,5 +55,13 @@ class Temperature(Scorer):
     def forward(self, logits, mask):
         return masked_softmax(self.temperature(logits), mask)
 
+    def score_mod(self):
+        tau = self.temperature.tau  # [H]
+
+        def temperature_mod(x, b, h, q_idx, kv_idx):  # x / τ_h
+            return x / tau[h]
+
+        return temperature_mod
+
     def stats(self):
         return {"tau": self.temperature.tau.detach()}
