@@ -68,6 +68,37 @@ def test_experiment_holds_the_paper_settings():
         assert (c.enabled, c.start, c.end, c.inc, c.interval) == (True, 11, 41, 2, 2000)
 
 
+# What tests/conftest.py passed as overrides before conf/debug/tiny.yaml held them.
+TINY_OVERRIDES = [
+    "model.n_layer=1",
+    "model.n_head=2",
+    "model.n_embd=16",
+    "model.max_positions=64",
+    "train.steps=6",
+    "train.batch_size=8",
+    "train.log_interval=2",
+    "train.ckpt_interval=3",
+    "curriculum.start=3",
+    "curriculum.end=5",
+    "curriculum.inc=1",
+    "curriculum.interval=2",
+    "evaluation.n_samples=1",
+    "evaluation.batch_size=8",
+    "evaluation.sigmas=[1.0,2.0]",
+    "evaluation.lengths=[5,10]",
+    "logger.mode=disabled",
+]
+
+
+@pytest.mark.parametrize(
+    "extra", [[], ["experiment=paper_every"], ["task=lm"], ["model=encoder", "task=mlm"]]
+)
+def test_debug_tiny_is_the_tests_tiny_run_and_wins_over_experiments(extra):
+    """debug=tiny (composed last) gives what the override list gave, on top of any experiment or task."""
+    assert make_cfg(*extra) == make_cfg(*extra, *TINY_OVERRIDES, tiny=False)
+    assert make_cfg(*extra, "train.steps=9").train.steps == 9  # the command line still wins
+
+
 def test_default_composition():
     cfg = make_cfg(tiny=False)
     assert (cfg.task.name, cfg.model.name, cfg.scorer.name) == ("linear", "gpt2", "softmax")
@@ -143,9 +174,15 @@ def test_unknown_option_lists_choices():
         (["evaluation.sigmas=[]"], "evaluation.sigmas=[] must be a non-empty list"),
         (["task=some", "evaluation.lengths=[]"], "evaluation.lengths=[] must be a non-empty list"),
         (["evaluation.skip_first=-1"], "evaluation.skip_first=-1 must be >= 0"),
-        (["evaluation.lengths=[3,8]"], "evaluation.skip_first=3 must be < the shortest of evaluation.lengths"),
+        (
+            ["evaluation.lengths=[3,8]"],
+            "evaluation.skip_first=3 must be < the shortest of evaluation.lengths",
+        ),
         (["evaluation.also=[deviant,bogus]"], "evaluation.also has ['bogus']; allowed:"),
-        (["+model.n_layers=2"], "model.n_layers is not a key of model (ModelConfig); valid keys: name, n_layer"),
+        (
+            ["+model.n_layers=2"],
+            "model.n_layers is not a key of model (ModelConfig); valid keys: name, n_layer",
+        ),
     ],
 )
 def test_startup_checks_name_key_and_value(overrides, needle):
