@@ -193,6 +193,53 @@ def test_startup_checks_name_key_and_value(overrides, needle):
         check_run(cfg, ROOT / "outputs" / "no-such-run")
 
 
+FINITE = "must be a finite number in float32's range"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["train.lr=inf"], f"train.lr=inf {FINITE}"),
+        (["train.lr=nan"], f"train.lr=nan {FINITE}"),
+        (["scorer=ssa", "scorer.n_init=inf"], f"scorer.n_init=inf {FINITE}"),
+        (["task.x_dist.std=inf"], f"task.x_dist.std=inf {FINITE}"),
+        (["task=every", "task.x_dist.mean=-inf"], f"task.x_dist.mean=-inf {FINITE}"),
+        (["scorer=ssa", "scorer.b_init=1e40"], f"scorer.b_init=1e+40 {FINITE}"),  # inf in float32
+        (["scorer=ssa", "scorer.b_init=1e35"], "scorer.b_init=1e+35 must be <= 1e30"),
+        (["scorer=ssa", "scorer.param=exp", "scorer.n_init=1e31"], "scorer.n_init=1e+31 must be <= 1e30"),
+        (["task.a_dist.std=1e7"], "task.a_dist.std=10000000.0 must be in [-1e6, 1e6]"),
+        (["train.betas=[0.9,inf]"], f"train.betas[1]=inf {FINITE}"),
+        (["evaluation.sigmas=[1,inf]"], f"evaluation.sigmas[1]=inf {FINITE}"),
+        (["scorer=temperature", "scorer.tau=inf"], f"scorer.tau=inf {FINITE}"),
+    ],
+)
+def test_non_finite_and_overflowing_numbers_are_refused_before_work(overrides, needle):
+    """Each of these passed validation once and failed at step 1-2, after the run folder was made."""
+    found = problems(make_cfg(*overrides))
+    assert any(needle in p for p in found), found
+    key = needle.split("=")[0].split("[")[0]
+    assert len([p for p in found if p.startswith(key)]) == 1, found  # said once
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("model.vocab_size=-1", "model.vocab_size=-1 must be >= 0 (0: scalar tokens)"),
+        ("train.steps=-1", "train.steps=-1 must be >= 0"),
+        ("train.grad_accum=0", "train.grad_accum=0 must be >= 1"),
+        ("train.min_lr_ratio=2", "train.min_lr_ratio=2.0 must be in [0, 1]"),
+        ("train.betas=[0.9]", "train.betas=[0.9] must be two values in [0, 1)"),
+        ("train.betas=[0.9,1.0]", "train.betas=[0.9, 1.0] must be two values in [0, 1)"),
+        ("train.compile=maybe", "train.compile='maybe' must be one of auto, true, false"),
+        ("train.keep_every=-1", "train.keep_every=-1 must be >= 0 (0: keep only last.pt)"),
+        ("curriculum.inc=-1", "curriculum.inc=-1 must be >= 0"),
+        ("curriculum.interval=0", "curriculum.interval=0 must be >= 1"),
+    ],
+)
+def test_rule_table_names_key_value_and_what_is_allowed(override, needle):
+    assert needle in problems(make_cfg(override))
+
+
 def test_all_problems_reported_at_once():
     found = problems(make_cfg("task.x_dist.std=0", "model.n_head=3", "train.lr=-1"))
     assert len(found) == 3, found
