@@ -14,26 +14,9 @@ from ssa_repro.data.paths import resolve_root
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
-# A model and run small enough for a few-step end-to-end run in about a second.
-TINY = [
-    "model.n_layer=1",
-    "model.n_head=2",
-    "model.n_embd=16",
-    "model.max_positions=64",
-    "train.steps=6",
-    "train.batch_size=8",
-    "train.log_interval=2",
-    "train.ckpt_interval=3",
-    "curriculum.start=3",
-    "curriculum.end=5",
-    "curriculum.inc=1",
-    "curriculum.interval=2",
-    "evaluation.n_samples=1",
-    "evaluation.batch_size=8",
-    "evaluation.sigmas=[1.0,2.0]",
-    "evaluation.lengths=[5,10]",
-    "logger.mode=disabled",
-]
+# A model and run small enough for a few-step end-to-end run in about a second: conf/debug/tiny.yaml,
+# composed last, so an override given after it (in make_cfg or on a command line) still wins.
+TINY = ["debug=tiny"]
 
 
 # The offline data (../shared/data beside the repository, or $SSA_DATA_ROOT): tests that read the real

@@ -68,6 +68,37 @@ def test_experiment_holds_the_paper_settings():
         assert (c.enabled, c.start, c.end, c.inc, c.interval) == (True, 11, 41, 2, 2000)
 
 
+# What tests/conftest.py passed as overrides before conf/debug/tiny.yaml held them.
+TINY_OVERRIDES = [
+    "model.n_layer=1",
+    "model.n_head=2",
+    "model.n_embd=16",
+    "model.max_positions=64",
+    "train.steps=6",
+    "train.batch_size=8",
+    "train.log_interval=2",
+    "train.ckpt_interval=3",
+    "curriculum.start=3",
+    "curriculum.end=5",
+    "curriculum.inc=1",
+    "curriculum.interval=2",
+    "evaluation.n_samples=1",
+    "evaluation.batch_size=8",
+    "evaluation.sigmas=[1.0,2.0]",
+    "evaluation.lengths=[5,10]",
+    "logger.mode=disabled",
+]
+
+
+@pytest.mark.parametrize(
+    "extra", [[], ["experiment=paper_every"], ["task=lm"], ["model=encoder", "task=mlm"]]
+)
+def test_debug_tiny_is_the_tests_tiny_run_and_wins_over_experiments(extra):
+    """debug=tiny (composed last) gives what the override list gave, on top of any experiment or task."""
+    assert make_cfg(*extra) == make_cfg(*extra, *TINY_OVERRIDES, tiny=False)
+    assert make_cfg(*extra, "train.steps=9").train.steps == 9  # the command line still wins
+
+
 def test_default_composition():
     cfg = make_cfg(tiny=False)
     assert (cfg.task.name, cfg.model.name, cfg.scorer.name) == ("linear", "gpt2", "softmax")
@@ -143,9 +174,15 @@ def test_unknown_option_lists_choices():
         (["evaluation.sigmas=[]"], "evaluation.sigmas=[] must be a non-empty list"),
         (["task=some", "evaluation.lengths=[]"], "evaluation.lengths=[] must be a non-empty list"),
         (["evaluation.skip_first=-1"], "evaluation.skip_first=-1 must be >= 0"),
-        (["evaluation.lengths=[3,8]"], "evaluation.skip_first=3 must be < the shortest of evaluation.lengths"),
+        (
+            ["evaluation.lengths=[3,8]"],
+            "evaluation.skip_first=3 must be < the shortest of evaluation.lengths",
+        ),
         (["evaluation.also=[deviant,bogus]"], "evaluation.also has ['bogus']; allowed:"),
-        (["+model.n_layers=2"], "model.n_layers is not a key of model (ModelConfig); valid keys: name, n_layer"),
+        (
+            ["+model.n_layers=2"],
+            "model.n_layers is not a key of model (ModelConfig); valid keys: name, n_layer",
+        ),
     ],
 )
 def test_startup_checks_name_key_and_value(overrides, needle):
@@ -154,6 +191,53 @@ def test_startup_checks_name_key_and_value(overrides, needle):
     assert any(needle in p for p in found), found
     with pytest.raises(ConfigError):
         check_run(cfg, ROOT / "outputs" / "no-such-run")
+
+
+FINITE = "must be a finite number in float32's range"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["train.lr=inf"], f"train.lr=inf {FINITE}"),
+        (["train.lr=nan"], f"train.lr=nan {FINITE}"),
+        (["scorer=ssa", "scorer.n_init=inf"], f"scorer.n_init=inf {FINITE}"),
+        (["task.x_dist.std=inf"], f"task.x_dist.std=inf {FINITE}"),
+        (["task=every", "task.x_dist.mean=-inf"], f"task.x_dist.mean=-inf {FINITE}"),
+        (["scorer=ssa", "scorer.b_init=1e40"], f"scorer.b_init=1e+40 {FINITE}"),  # inf in float32
+        (["scorer=ssa", "scorer.b_init=1e35"], "scorer.b_init=1e+35 must be <= 1e30"),
+        (["scorer=ssa", "scorer.param=exp", "scorer.n_init=1e31"], "scorer.n_init=1e+31 must be <= 1e30"),
+        (["task.a_dist.std=1e7"], "task.a_dist.std=10000000.0 must be in [-1e6, 1e6]"),
+        (["train.betas=[0.9,inf]"], f"train.betas[1]=inf {FINITE}"),
+        (["evaluation.sigmas=[1,inf]"], f"evaluation.sigmas[1]=inf {FINITE}"),
+        (["scorer=temperature", "scorer.tau=inf"], f"scorer.tau=inf {FINITE}"),
+    ],
+)
+def test_non_finite_and_overflowing_numbers_are_refused_before_work(overrides, needle):
+    """Each of these passed validation once and failed at step 1-2, after the run folder was made."""
+    found = problems(make_cfg(*overrides))
+    assert any(needle in p for p in found), found
+    key = needle.split("=")[0].split("[")[0]
+    assert len([p for p in found if p.startswith(key)]) == 1, found  # said once
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("model.vocab_size=-1", "model.vocab_size=-1 must be >= 0 (0: scalar tokens)"),
+        ("train.steps=-1", "train.steps=-1 must be >= 0"),
+        ("train.grad_accum=0", "train.grad_accum=0 must be >= 1"),
+        ("train.min_lr_ratio=2", "train.min_lr_ratio=2.0 must be in [0, 1]"),
+        ("train.betas=[0.9]", "train.betas=[0.9] must be two values in [0, 1)"),
+        ("train.betas=[0.9,1.0]", "train.betas=[0.9, 1.0] must be two values in [0, 1)"),
+        ("train.compile=maybe", "train.compile='maybe' must be one of auto, true, false"),
+        ("train.keep_every=-1", "train.keep_every=-1 must be >= 0 (0: keep only last.pt)"),
+        ("curriculum.inc=-1", "curriculum.inc=-1 must be >= 0"),
+        ("curriculum.interval=0", "curriculum.interval=0 must be >= 1"),
+    ],
+)
+def test_rule_table_names_key_value_and_what_is_allowed(override, needle):
+    assert needle in problems(make_cfg(override))
 
 
 def test_all_problems_reported_at_once():

@@ -1,10 +1,20 @@
 """Start-up checks that a schema cannot express. All problems are reported at once, each naming the
-key, the bad value and what is allowed, before any work starts or any file is written."""
+key, the bad value and what is allowed, before any work starts or any file is written.
+
+Three parts: every float of the run config is a finite float32 number (:func:`non_finite`); each key
+of :data:`RULES` meets its rule (a key absent from the config, such as ``scorer.b_init`` with
+``scorer=softmax``, is skipped); then the conditions between keys, written out in :func:`problems`.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ssa_repro.core import distributions as D
 from ssa_repro.models import MODELS
@@ -12,9 +22,113 @@ from ssa_repro.scorers import SCORERS
 from ssa_repro.scorers.base import Scorer
 from ssa_repro.tasks import TASKS, build_task
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # 3.4028e38: training computes in float32
+
 
 class ConfigError(ValueError):
     """A bad config value; the message lists every problem found."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a key's value must be: ``ok(value)``, and the words for it in the message."""
+
+    ok: Callable[[Any], bool]
+    allowed: str
+
+
+def _num(x: float) -> str:
+    return f"{x:g}".replace("e+0", "e").replace("e+", "e")  # 1e6, 1e30, 3.40282e38
+
+
+def at_least(low, note: str = "") -> Rule:
+    return Rule(lambda v: v >= low, f">= {low}" + (f" ({note})" if note else ""))
+
+
+def at_most(high: float) -> Rule:
+    return Rule(lambda v: v <= high, f"<= {_num(high)}")
+
+
+def within(low: float, high: float) -> Rule:
+    return Rule(lambda v: low <= v <= high, f"in [{_num(low)}, {_num(high)}]")
+
+
+def one_of(*allowed: str) -> Rule:
+    return Rule(lambda v: str(v).lower() in allowed, f"one of {', '.join(allowed)}")
+
+
+POSITIVE = Rule(lambda v: v > 0, "> 0")
+BETAS = Rule(lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "two values in [0, 1)")
+
+# Task distributions: inputs are squared in float32 (LayerNorm's variance, the squared error), so they
+# must stay well below sqrt(3.4e38) = 1.8e19, and the linear task's y = a·x + b multiplies two draws;
+# within ±1e6 each, |y| < 1e14 even 10 σ out (training fails at step 1 from std ≈ 1e19; the paper's
+# largest σ is 29).
+DIST = within(-1e6, 1e6)
+
+RULES: list[tuple[str, Rule]] = [
+    ("model.n_layer", at_least(1)),
+    ("model.n_head", at_least(1)),
+    ("model.n_embd", at_least(1)),
+    ("model.max_positions", at_least(1)),
+    ("model.mlp_ratio", at_least(1)),
+    ("model.vocab_size", at_least(0, "0: scalar tokens")),
+    ("train.steps", at_least(0)),
+    ("train.batch_size", at_least(1)),
+    ("train.log_interval", at_least(1)),
+    ("train.ckpt_interval", at_least(1)),
+    ("train.lr", POSITIVE),
+    ("train.warmup_steps", at_least(0)),
+    ("train.weight_decay", at_least(0)),
+    ("train.grad_clip", at_least(0)),
+    ("train.grad_accum", at_least(1)),
+    ("train.min_lr_ratio", within(0, 1)),
+    ("train.betas", BETAS),
+    ("train.compile", one_of("auto", "true", "false")),
+    ("train.keep_every", at_least(0, "0: keep only last.pt")),
+    ("curriculum.start", at_least(1)),
+    ("curriculum.end", at_least(1)),
+    ("curriculum.interval", at_least(1)),
+    ("curriculum.inc", at_least(0)),
+    *[
+        (f"task.{d}.{f}", DIST)
+        for d in ("a_dist", "b_dist", "x_dist")
+        for f in ("mean", "std", "low", "high")
+    ],
+    # SSA: b multiplies every logit inside log1p(b|x|), n multiplies that log (at most 88.7 in float32).
+    # Up to 1e30, b|x| stays finite for logits up to |x| = 3e8 (the scorer tests go to 1e4) and n·log1p
+    # for any finite b|x|; 1e40 is no float32 at all (inf: a NaN loss at step 1).
+    ("scorer.b_init", at_most(1e30)),
+    ("scorer.n_init", at_most(1e30)),
+]
+
+
+def _show(value) -> str:
+    if isinstance(value, (list, ListConfig)):
+        return str(list(value))
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def non_finite(cfg: DictConfig) -> list[tuple[str, float]]:
+    """(key, value) for every float of the config (lists included) that is NaN, infinite, or beyond
+    float32's range (training computes in float32, where it would be infinite). ``hydra`` is left out."""
+    out = []
+
+    def walk(node, key):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{key}[{i}]")
+        elif isinstance(node, float) and not (math.isfinite(node) and abs(node) <= FLOAT32_MAX):
+            out.append((key, node))
+
+    for key in cfg:
+        if key != "hydra":
+            node = cfg._get_node(key)
+            walk(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else cfg[key], key)
+    return out
 
 
 def problems(cfg: DictConfig) -> list[str]:
@@ -29,27 +143,30 @@ def problems(cfg: DictConfig) -> list[str]:
     if out:
         return out
 
-    t = cfg.task
+    bad = non_finite(cfg)
+    out += [
+        f"{key}={value} must be a finite number in float32's range (|value| <= {_num(FLOAT32_MAX)})"
+        for key, value in bad
+    ]
+    reported = {key.split("[")[0] for key, _ in bad}  # train.betas[1] -> train.betas
+    for key, rule in RULES:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and key not in reported and not rule.ok(value):
+            out.append(f"{key}={_show(value)} must be {rule.allowed}")
+
+    t, m, tr, c = cfg.task, cfg.model, cfg.train, cfg.curriculum
     for key in ("a_dist", "b_dist", "x_dist"):
-        if key in t:
+        if key in t and not any(r.startswith(f"task.{key}.") for r in reported):
             out += D.check(t[key], f"task.{key}")
     task = build_task(t)
-    if "balance" in t:
-        if task.balanced and not D.is_symmetric(t.x_dist):
-            out.append(
-                "task.x_dist must be symmetric about 0 when the task is balanced (balancing flips signs); "
-                "set task.balance=false or use mean 0 / low = -high"
-            )
+    if "balance" in t and task.balanced and not D.is_symmetric(t.x_dist):
+        out.append(
+            "task.x_dist must be symmetric about 0 when the task is balanced (balancing flips signs); "
+            "set task.balance=false or use mean 0 / low = -high"
+        )
 
-    m = cfg.model
-    for key in ("n_layer", "n_head", "n_embd", "max_positions", "mlp_ratio"):
-        if m[key] < 1:
-            out.append(f"model.{key}={m[key]} must be >= 1")
-    if m.vocab_size < 0:
-        out.append(f"model.vocab_size={m.vocab_size} must be >= 0 (0: scalar tokens)")
     if m.n_head >= 1 and m.n_embd % m.n_head:
         out.append(f"model.n_head={m.n_head} must divide model.n_embd={m.n_embd}")
-
     out += SCORERS.get(cfg.scorer.name).check_config(cfg.scorer, cfg.model.n_head)
     if getattr(m.attn_impl, "value", m.attn_impl) == "flex":
         with_mod = [n for n in SCORERS.names() if _has_score_mod(n)]
@@ -64,43 +181,15 @@ def problems(cfg: DictConfig) -> list[str]:
                 "use model.attn_impl=auto on CPU"
             )
 
-    tr = cfg.train
-    for key in ("steps",):
-        if tr[key] < 0:
-            out.append(f"train.{key}={tr[key]} must be >= 0")
-    for key in ("batch_size", "log_interval", "ckpt_interval"):
-        if tr[key] < 1:
-            out.append(f"train.{key}={tr[key]} must be >= 1")
-    if not tr.lr > 0:
-        out.append(f"train.lr={tr.lr} must be > 0")
-    for key in ("warmup_steps", "weight_decay", "grad_clip"):
-        if tr[key] < 0:
-            out.append(f"train.{key}={tr[key]} must be >= 0")
-    if tr.grad_accum < 1:
-        out.append(f"train.grad_accum={tr.grad_accum} must be >= 1")
-    if not 0 <= tr.min_lr_ratio <= 1:
-        out.append(f"train.min_lr_ratio={tr.min_lr_ratio} must be in [0, 1]")
-    if len(tr.betas) != 2 or any(not 0 <= b < 1 for b in tr.betas):
-        out.append(f"train.betas={list(tr.betas)} must be two values in [0, 1)")
     if tr.weight_decay > 0 and getattr(tr.optimizer, "value", tr.optimizer) == "adam":
         out.append(
             f"train.weight_decay={tr.weight_decay} needs train.optimizer=adamw (adam has no decoupled decay)"
         )
-    if str(tr.compile).lower() not in ("auto", "true", "false"):
-        out.append(f"train.compile={tr.compile!r} is not allowed; allowed: auto, true, false")
-    if tr.keep_every < 0:
-        out.append(f"train.keep_every={tr.keep_every} must be >= 0 (0: keep only last.pt)")
-    elif tr.keep_every and tr.ckpt_interval >= 1 and tr.keep_every % tr.ckpt_interval:
+    if tr.keep_every > 0 and tr.ckpt_interval >= 1 and tr.keep_every % tr.ckpt_interval:
         out.append(
             f"train.keep_every={tr.keep_every} must be a multiple of train.ckpt_interval={tr.ckpt_interval}"
         )
 
-    c = cfg.curriculum
-    for key in ("start", "end", "interval"):
-        if c[key] < 1:
-            out.append(f"curriculum.{key}={c[key]} must be >= 1")
-    if c.inc < 0:
-        out.append(f"curriculum.inc={c.inc} must be >= 0")
     if c.enabled and c.start > c.end:
         out.append(f"curriculum.start={c.start} must be <= curriculum.end={c.end}")
     need = task.n_tokens(c.end)
@@ -112,14 +201,12 @@ def problems(cfg: DictConfig) -> list[str]:
 
     out += task.check(cfg)
 
-    dev = getattr(cfg.device, "value", cfg.device)
-    if dev == "cuda" and not torch.cuda.is_available():
+    if getattr(cfg.device, "value", cfg.device) == "cuda" and not torch.cuda.is_available():
         out.append("device=cuda but no CUDA device is available; use device=auto or device=cpu")
     return out
 
 
 def _has_score_mod(name: str) -> bool:
-
     return SCORERS.get(name).score_mod is not Scorer.score_mod
 
 
