@@ -3,6 +3,7 @@
     python scripts/study.py icl_cpu                 # train and evaluate every job (resumes), then the report
     python scripts/study.py icl_cpu --report-only   # the report from what is stored
     python scripts/study.py quick                   # the same pipeline on tiny settings
+    python scripts/study.py icl_cpu --jobs 14 --set device=cpu   # a many-core machine, CPU only
 
 The matrix is ``conf/study/<name>.yaml``; runs go to ``outputs/study/<name>/`` (``--root``); the report to
 ``docs/results/<name>.md`` with its figures beside it (``--out``; the quick study's report stays in its
@@ -30,13 +31,16 @@ def main(argv=None) -> int:
     p.add_argument(
         "--jobs", type=int, default=2, help="jobs at a time (processes; threads split between them)"
     )
+    p.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every job (e.g. device=cpu)"
+    )
     p.add_argument("--report-only", action="store_true", help="only write the report from stored results")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
     cfg = study.load(a.name)
     root = Path(a.root or Path("outputs") / "study" / cfg.name)
     if not a.report_only:
-        study.run(a.name, root, a.jobs)
+        study.run(a.name, root, a.jobs, tuple(a.set))
     out = Path(a.out) if a.out else (root if cfg.name == "quick" else Path("docs") / "results")
     command = "python scripts/study.py " + " ".join(argv if argv is not None else sys.argv[1:])
     path = report.write(root, out, cfg.name, command)

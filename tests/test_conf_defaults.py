@@ -32,7 +32,9 @@ from omegaconf import OmegaConf
 
 from tests.conftest import CONF
 
-FILES = sorted(p.relative_to(CONF) for p in CONF.rglob("*.yaml") if p.parts[len(CONF.parts)] != "local")
+FILES = sorted(
+    p.relative_to(CONF) for p in CONF.rglob("*.yaml") if p.parts[len(CONF.parts)] not in ("local", "study")
+)  # study: plain matrices
 
 
 def _how_to_compose(rel: Path) -> tuple[str, list[str], str]:

@@ -63,8 +63,9 @@ def load(name: str, conf_dir: Path = CONF_DIR) -> DictConfig:
     return cfg
 
 
-def jobs(study: DictConfig) -> list[Job]:
-    """Every job of the study, group by group, in a fixed order."""
+def jobs(study: DictConfig, extra: tuple[str, ...] = ()) -> list[Job]:
+    """Every job of the study, group by group, in a fixed order; ``extra`` overrides go last (for
+    example ``device=cpu``: they change where a job runs, not which job it is or its folder)."""
     out = []
     for group, g in study.groups.items():
         for task, scorer, arch, sigma, seed in itertools.product(
@@ -79,6 +80,7 @@ def jobs(study: DictConfig) -> list[Job]:
                 f"scorer={scorer}",
                 *sigma_ov,
                 f"seed={seed}",
+                *extra,
             )
             out.append(Job(str(group), str(task), str(scorer), str(arch), float(sigma), int(seed), overrides))
     return out
@@ -127,12 +129,12 @@ def run_one(job: Job, study: DictConfig, root: Path, threads: int) -> list[dict]
     return [{k: v for k, v in r.items() if k != "overrides"} for r in rows]
 
 
-def run(name: str, root: Path | None = None, n_jobs: int = 2) -> Path:
+def run(name: str, root: Path | None = None, n_jobs: int = 2, extra: tuple[str, ...] = ()) -> Path:
     """Run (or resume) every job of study ``name``; returns the study folder (with ``index.csv``)."""
     study = load(name)
     root = Path(root or Path("outputs") / "study" / study.name)
     root.mkdir(parents=True, exist_ok=True)
-    todo = jobs(study)
+    todo = jobs(study, tuple(extra))
     threads = max(1, (os.cpu_count() or 1) // max(1, n_jobs))
     log.info("study %s: %d jobs in %s, %d at a time", study.name, len(todo), root, n_jobs)
     t0 = time.perf_counter()
