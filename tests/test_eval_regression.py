@@ -92,6 +92,7 @@ def test_quantifier_grid_as_before(case, reuse):
         skip_first=3,
         seed=1234,
         reuse_draws=reuse,
+        nested=False,  # the pre-redesign protocol drew every length on its own
     )
     old = FIXTURE[
         (FIXTURE.case == case) & (FIXTURE["eval"] == "grid") & (FIXTURE.reuse_draws.astype(str) == str(reuse))
