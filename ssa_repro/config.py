@@ -93,7 +93,7 @@ class TrainConfig:
     min_lr_ratio: float = 0.1  # cosine: final lr = lr * min_lr_ratio
     grad_clip: float = 0.0  # max global gradient norm (0: off)
     grad_accum: int = 1  # micro-batches of batch_size per optimizer step
-    compile: str = "auto"  # auto | true | false: torch.compile the model (auto: runs long enough to pay)
+    compile: str = "auto"  # auto | true | false: torch.compile the model (auto: >= 1000 steps, not softmax)
     precision: Precision = Precision.fp32
 
 

@@ -43,14 +43,21 @@ from ssa_repro.training.setup import micro_batch_index, plain, rank_data_seed, r
 log = logging.getLogger("ssa_repro.train")
 
 # train.compile=auto compiles the model when the run has at least this many steps (train.steps, not the
-# steps left: a resumed run decides as the uninterrupted one did, so their numbers stay equal): below it
-# the one-off compile time outweighs the saving.
-COMPILE_AUTO_MIN_STEPS = 3000
+# steps left: a resumed run decides as the uninterrupted one did, so their numbers stay equal) and its
+# scorer gains from it. Measured on the 2-core CPU (docs/performance.md, scripts/bench.py --compile,
+# default size): SSA's compile costs about 13 s and saves 77 ms a step, so it pays after 164 steps (about
+# 330 with the recompile at the curriculum's second length); the threshold keeps a 3x margin.
+COMPILE_AUTO_MIN_STEPS = 1000
+# Scorers whose eager path is already one fused kernel (softmax: SDPA): compiling them never paid
+# (293.5 vs 284.0 ms a step), so auto leaves them eager.
+COMPILE_AUTO_SKIPS = ("softmax",)
 
 
-def should_compile(setting, steps: int) -> bool:
+def should_compile(setting, steps: int, scorer: str) -> bool:
+    """train.compile: true | false | auto (steps >= COMPILE_AUTO_MIN_STEPS and the scorer gains)."""
     value = str(setting).lower()
-    return value == "true" or (value == "auto" and steps >= COMPILE_AUTO_MIN_STEPS)
+    auto = value == "auto" and steps >= COMPILE_AUTO_MIN_STEPS and scorer not in COMPILE_AUTO_SKIPS
+    return value == "true" or auto
 
 
 def run_name(cfg) -> str:
@@ -163,7 +170,7 @@ def build(cfg: DictConfig, run_dir: Path) -> Setup:
         ddp = forward = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
-    compiled = should_compile(tr.compile, tr.steps)
+    compiled = should_compile(tr.compile, tr.steps, str(cfg.scorer.name))
     if compiled:  # the forward only: state_dict keys, checkpoints and evaluation stay the same
         forward = torch.compile(forward)
     # autocast for forward + loss only; weights, gradients and optimizer state stay float32
