@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from ssa_repro.cli import sweeps  # noqa: F401  (the resolvers conf/ uses: ssa_job_dir, ssa_eval_sweep_dir)
+from ssa_repro import resolvers  # noqa: F401  (the resolvers conf/ uses: ssa_job_dir, ssa_eval_sweep_dir)
 from ssa_repro.evaluation import EVALUATORS
 from ssa_repro.evaluation.runner import QuickConfig
 from ssa_repro.scorers import SCORERS, Scorer, build_scorer

@@ -1,6 +1,7 @@
 """The package imports in one direction only, without cycles and without imports hidden in functions:
 
-    core → scorers, data → models → tasks → training → evaluation → reports → entry points (cli, config, launch)
+    core → scorers, data → models → tasks → training → evaluation → reports → config, resolvers
+         → entry points (cli, launch)
 
 A module may import its own layer or a lower one. Imports are read from the source (``ast``), so a
 cycle hidden behind an import inside a function is found too; such imports of the package are not
@@ -26,9 +27,10 @@ LAYERS = {
     "training": 4,
     "evaluation": 5,
     "reports": 6,
-    "cli": 7,
     "config": 7,
-    "launch": 7,
+    "resolvers": 7,
+    "cli": 8,
+    "launch": 8,
 }
 
 
