@@ -137,7 +137,9 @@ def _panels(tables, titles, norm, cmap, suptitle, cbar_label, annot, comp, font_
     return fig
 
 
-def plot_grids(comp, path: Path | None = None, annotate_std: bool | None = None) -> Plot:
+def plot_grids(
+    comp, path: Path | None = None, annotate_std: bool | None = None, formats=("png", "pdf")
+) -> Plot:
     """Side-by-side heat maps, one panel per run or group, on one colour scale (log for MSE):
     vmin/vmax are the smallest/largest value over all panels (smallest positive one for log)."""
     tables = [comp.grid(lab) for lab in comp.labels]
@@ -180,11 +182,11 @@ def plot_grids(comp, path: Path | None = None, annotate_std: bool | None = None)
         annot,
         comp,
     )
-    return Plot(fig, vmin, vmax, comp.log, _save(fig, path))
+    return Plot(fig, vmin, vmax, comp.log, _save(fig, path, formats))
 
 
 def plot_difference(
-    comp, baseline: str | None = None, mode: str = "auto", path: Path | None = None
+    comp, baseline: str | None = None, mode: str = "auto", path: Path | None = None, formats=("png", "pdf")
 ) -> Plot | None:
     """The difference map of every run or group against the baseline (see ``difference``): RdBu_r,
     centred on 0, limits ±max|difference| shared by all panels. None when there is no baseline."""
@@ -219,14 +221,14 @@ def plot_difference(
         comp,
         center=0,
     )
-    return Plot(fig, -lim, lim, False, _save(fig, path))
+    return Plot(fig, -lim, lim, False, _save(fig, path, formats))
 
 
-def _save(fig, path: Path | None) -> list[Path]:
-    """PNG and PDF, each written atomically; the figure stays open (notebooks show it)."""
+def _save(fig, path: Path | None, formats=("png", "pdf")) -> list[Path]:
+    """PNG and PDF (``formats``), each written atomically; the figure stays open (notebooks show it)."""
     if path is None:
         return []
-    out = [Path(path).with_suffix(".png"), Path(path).with_suffix(".pdf")]
+    out = [Path(path).with_suffix(f".{ext}") for ext in formats]
     for p in out:
         with atomic_path(p) as tmp:
             fig.savefig(tmp, dpi=120, format=p.suffix[1:])

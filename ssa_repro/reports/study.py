@@ -176,14 +176,12 @@ def heatmaps(index: pd.DataFrame, task: str, out: Path) -> list[Path]:
     if rows.empty:
         return []
     comp = compare.collect(sorted(set(rows.run_dir)), eval=rows.protocol_id.iloc[0], group_by=["scorer"])
-    grids = figures.plot_grids(comp, out / f"grid_{task}")
-    diff = figures.plot_difference(comp, "scorer=softmax", path=out / f"difference_{task}")
+    grids = figures.plot_grids(comp, out / f"grid_{task}", formats=("png",))  # docs/: small PNGs only
+    diff = figures.plot_difference(comp, "scorer=softmax", path=out / f"difference_{task}", formats=("png",))
     plt.close(grids.fig)
     if diff is not None:
         plt.close(diff.fig)
-    return [p for p in grids.paths if p.suffix == ".png"] + (
-        [p for p in diff.paths if p.suffix == ".png"] if diff else []
-    )
+    return grids.paths + (diff.paths if diff else [])
 
 
 def bars(
