@@ -17,6 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from omegaconf import OmegaConf  # noqa: E402
+
 from ssa_repro.cli import study  # noqa: E402
 from ssa_repro.reports import study as report  # noqa: E402
 
@@ -43,7 +45,7 @@ def main(argv=None) -> int:
         study.run(a.name, root, a.jobs, tuple(a.set))
     out = Path(a.out) if a.out else (root if cfg.name == "quick" else Path("docs") / "results")
     command = "python scripts/study.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    path = report.write(root, out, cfg.name, command)
+    path = report.write(root, out, cfg.name, command, OmegaConf.to_container(cfg))
     print(f"report: {path}")
     return 0
 

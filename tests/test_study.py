@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from ssa_repro.cli import study
 from ssa_repro.cli.train_app import problems
@@ -60,9 +61,12 @@ def test_quick_study_end_to_end_and_a_claim_reads_back(tmp_path):
     root = study.run("quick", tmp_path / "quick", n_jobs=1)
     index = pd.read_csv(root / "index.csv")
     assert len(index.job.unique()) == len(study.jobs(study.load("quick")))
-    path = report.write(root, tmp_path / "report", "quick", "pytest")
+    setup = OmegaConf.to_container(study.load("quick"))
+    path = report.write(root, tmp_path / "report", "quick", "pytest", setup)
     text = path.read_text()
-    assert "## Claims" in text and "commit" in text
+    for section in ("## Claims", "## Setup", "## Did the models learn", "## Figures"):
+        assert section in text
+    assert "commit" in text and "train.steps=40" in text
     figures = list((tmp_path / "report" / "quick").glob("*.png"))
     assert figures and all(f.stat().st_size > 1000 for f in figures)
 
