@@ -207,6 +207,9 @@ def evaluate_after_training(cfg: DictConfig, run_dir: Path, summary: dict, track
             {k: result[k] for k in ("metric", "in_distribution", "mean", "worst") if k in result}
         )
         log.info("evaluation %s: %s", e.name, json.dumps(result.get("in_distribution")))
+        pngs = [f for f in result.get("figures") or [] if str(f).endswith(".png")]
+        if pngs:  # where to look first (make demo's heat map)
+            log.info("figures: %s", ", ".join(str(Path(result["dir"]) / f) for f in pngs))
         if tracker is not None and tracker.active:
             log_evaluation(tracker, result, e.name)
         elif result.get("cells_computed"):  # a finished run evaluated anew: its own eval run
