@@ -333,3 +333,15 @@ def test_multirun_jobs_get_their_own_folders_and_one_wandb_group(tmp_path):
     ]
     for job in jobs:  # the sweep is the W&B group of each job (recorded in the job's resolved config)
         assert OmegaConf.load(sweep / job / "config.yaml").logger.group == "sweep"
+
+
+def test_a_causal_only_scorer_is_refused_for_a_bidirectional_model():
+    found = problems(make_cfg("scorer=stickbreaking", "model=encoder"))
+    assert any("scorer=stickbreaking is causal only" in p and "model.causal=false" in p for p in found)
+    assert problems(make_cfg("scorer=stickbreaking")) == []  # the decoder is causal
+
+
+def test_diff_needs_an_even_head_width():
+    found = problems(make_cfg("scorer=diff", "model.n_embd=12", "model.n_head=4"))
+    assert any("head width model.n_embd / model.n_head = 3 must be even" in p for p in found)
+    assert problems(make_cfg("scorer=diff", "model.n_embd=16", "model.n_head=4")) == []

@@ -167,7 +167,18 @@ def problems(cfg: DictConfig) -> list[str]:
 
     if m.n_head >= 1 and m.n_embd % m.n_head:
         out.append(f"model.n_head={m.n_head} must divide model.n_embd={m.n_embd}")
-    out += SCORERS.get(cfg.scorer.name).check_config(cfg.scorer, cfg.model.n_head)
+    scorer_cls = SCORERS.get(cfg.scorer.name)
+    out += scorer_cls.check_config(cfg.scorer, cfg.model.n_head)
+    if scorer_cls.causal_only and not m.get("causal", True):
+        out.append(
+            f"scorer={cfg.scorer.name} is causal only (its weights depend on the keys between key and "
+            f"query), but model.causal=false (model={m.name}); use a causal model or another scorer"
+        )
+    if scorer_cls.splits_head_dim and m.n_head >= 1 and (m.n_embd // m.n_head) % 2:
+        out.append(
+            f"scorer={cfg.scorer.name} splits each head in two halves, so the head width "
+            f"model.n_embd / model.n_head = {m.n_embd // m.n_head} must be even; change model.n_embd or model.n_head"
+        )
     if getattr(m.attn_impl, "value", m.attn_impl) == "flex":
         with_mod = [n for n in SCORERS.names() if _has_score_mod(n)]
         if cfg.scorer.name not in with_mod:
