@@ -9,12 +9,12 @@ STAMP  := $(VENV)/.installed
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,lm]'
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install the package with dev tools
+install: $(STAMP)  ## create .venv and install the package with dev tools and the lm extra (constraints.txt)
 
 demo: $(STAMP)  ## train the default small model on CPU (a few minutes) and write its heat map
 	$(PY) train.py device=cpu
@@ -29,7 +29,7 @@ lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)  ## speed table: ours vs HF GPT2Model, softmax vs SSA, % of matmul peak (scripts/bench.py)
-	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
 	$(PY) scripts/bench.py
 
 report: $(STAMP)  ## the scorer report: saturation table, base functions, cost (outputs/scorer_report/)

@@ -295,7 +295,12 @@ def test_presets_resolve_to_the_tasks_declared_evaluations(every_run, linear_run
     assert found and "more than model.max_positions=64" in found[0]  # the tiny model is too short for it
     assert ev.cfg.sigmas == [float(s) for s in range(1, 30)] and ev.cfg.lengths == list(range(10, 201, 10))
     lin, found = runner.build(OmegaConf.structured(DefaultConfig), load_run(linear_run, CPU).cfg)
-    assert found == [] and lin.cfg.lengths == [5] and lin.cfg.sigmas_f == lin.cfg.sigmas and lin.cfg.batch_size == 100
+    assert (
+        found == []
+        and lin.cfg.lengths == [5]
+        and lin.cfg.sigmas_f == lin.cfg.sigmas
+        and lin.cfg.batch_size == 100
+    )
     quick, _ = runner.build(OmegaConf.structured(QuickConfig), every_cfg)
     assert quick.cfg.n_samples == 10 and quick.cfg.lengths == [10, 20, 40, 80]
     # the grid keys of eval=default apply directly (no need to name the grid)

@@ -142,7 +142,14 @@ def test_the_layer_map_covers_the_package():
 def test_a_known_upward_import_is_caught(tmp_path):
     """The check itself: a scorer importing the trainer is reported."""
     bad = tmp_path / "bad.py"
-    bad.write_text("from ssa_repro.training.trainer import train\n\n\ndef f():\n    import ssa_repro.reports\n")
+    bad.write_text(
+        "from ssa_repro.training.trainer import train\n\n\ndef f():\n    import ssa_repro.reports\n"
+    )
     found = imports(bad)
-    assert ("ssa_repro.training.trainer", ("train",), False, 1) in found and ("ssa_repro.reports", (), True, 5) in found
+    assert ("ssa_repro.training.trainer", ("train",), False, 1) in found and (
+        "ssa_repro.reports",
+        (),
+        True,
+        5,
+    ) in found
     assert layer("ssa_repro.training.trainer") > layer("ssa_repro.scorers.ssa")

@@ -240,7 +240,9 @@ def test_tiny_run_resumes_exactly_and_evaluates_zorro(data_root, tmp_path):
 
     ev = full["evaluations"]["quick"]  # the end-of-run evaluation: held-out loss and a Zorro subset
     assert ev["evaluation"] == "zorro"
-    assert {"heldout_mlm_loss", "zorro_pll_mean_all", "zorro_holistic_mean_paper12"} <= set(ev["in_distribution"])
+    assert {"heldout_mlm_loss", "zorro_pll_mean_all", "zorro_holistic_mean_paper12"} <= set(
+        ev["in_distribution"]
+    )
     assert (Path(ev["dir"]) / "zorro_accuracy.png").exists()
 
     run = load_run(tmp_path / "full", torch.device("cpu"))
@@ -251,7 +253,9 @@ def test_tiny_run_resumes_exactly_and_evaluates_zorro(data_root, tmp_path):
     per = res[~res.paradigm.str.startswith("mean")]
     assert len(per) == 2 * 2 and set(per.n_samples) == {2}
     assert per[per.reported].paper_name.tolist() == ["agr_subj_verb-across_PP"] * 2
-    assert (Path(summary["dir"]) / "zorro_accuracy.png").exists() and "zorro_pll_mean_all" in summary["headline"]
+    assert (Path(summary["dir"]) / "zorro_accuracy.png").exists() and "zorro_pll_mean_all" in summary[
+        "headline"
+    ]
     # eval=default on an mlm run means Zorro
     ev, found = runner.build(OmegaConf.structured(runner.DefaultConfig), run.cfg)
     assert ev.name == "zorro"

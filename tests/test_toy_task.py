@@ -93,7 +93,9 @@ def registered():
 def test_the_new_task_trains_evaluates_and_compares(tmp_path):
     runs = {}
     for scorer in ("softmax", "ssa"):
-        cfg = make_cfg("task=running_sum", f"scorer={scorer}", "evaluation.lengths=null", "evaluation.sigmas=null")
+        cfg = make_cfg(
+            "task=running_sum", f"scorer={scorer}", "evaluation.lengths=null", "evaluation.sigmas=null"
+        )
         summary = run_job(cfg, tmp_path / scorer)
         quick = summary["evaluations"]["quick"]
         assert quick["evaluation"] == "grid" and quick["metric"] == "sign_error"  # the task's quick grid
@@ -104,7 +106,12 @@ def test_the_new_task_trains_evaluates_and_compares(tmp_path):
     paper = evaluate(run, DefaultConfig())
     assert paper["cells"] == 3 * 2 and paper["step"] == 6
     comp = compare.collect([runs["softmax"], runs["ssa"]], eval="quick")
-    assert (comp.task, comp.metric, comp.rows, comp.cols) == ("running_sum", "sign_error", "sigma_x", "length")
+    assert (comp.task, comp.metric, comp.rows, comp.cols) == (
+        "running_sum",
+        "sign_error",
+        "sigma_x",
+        "length",
+    )
     assert comp.labels == ["softmax", "ssa"] and comp.grid("ssa").shape == (2, 1)
     written = compare.write(comp, tmp_path / "compare")
     assert (tmp_path / "compare" / "heatmaps.png").exists() and len(written["summary"]) == 2

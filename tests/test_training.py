@@ -182,14 +182,17 @@ def test_resume_refuses_another_device_type(tmp_path):
 @pytest.mark.slow
 def test_sigkill_and_resume_match_uninterrupted(tmp_path):
     """A run killed with SIGKILL mid-training and resumed ends with the same loss and weights."""
-    args = [a for a in TINY if not a.startswith("train.steps")] + [
-        "model.n_embd=32",
-        "train.steps=3000",
-        "train.compile=false",  # (train.compile=auto would compile a run this long; exactness is the point here)
-        "train.ckpt_interval=50",
-        "train.log_interval=50",
-        "evaluation.enabled=false",
-    ]
+    args = (
+        [a for a in TINY if not a.startswith("train.steps")]
+        + [
+            "model.n_embd=32",
+            "train.steps=3000",
+            "train.compile=false",  # (train.compile=auto would compile a run this long; exactness is the point here)
+            "train.ckpt_interval=50",
+            "train.log_interval=50",
+            "evaluation.enabled=false",
+        ]
+    )
     ref, killed = tmp_path / "ref", tmp_path / "killed"
     cmd = [sys.executable, "train.py", *args]
     env = {**os.environ, "WANDB_MODE": "disabled"}
