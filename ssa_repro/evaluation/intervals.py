@@ -26,7 +26,6 @@ import numpy as np
 from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
-Z95 = stats.norm.ppf(0.975)
 KINDS = ("rate", "positive", "real")
 
 

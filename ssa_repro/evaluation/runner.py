@@ -25,7 +25,6 @@ import logging
 import time
 from dataclasses import dataclass
 
-import pandas as pd
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
@@ -231,8 +230,3 @@ def redraw(store: Store, ev: Evaluator, title: str) -> dict:
         }
         write_json(store.dir / "summary.json", summary)
     return summary
-
-
-def results_frame(summary: dict) -> pd.DataFrame:
-    """The stored results table of an evaluation summary's protocol (for W&B and notebooks)."""
-    return pd.read_csv(f"{summary['dir']}/results.csv")

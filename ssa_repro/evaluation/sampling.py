@@ -14,9 +14,3 @@ def cell_generator(seed: int, *cell) -> torch.Generator:
     g = torch.Generator()
     g.manual_seed(zlib.crc32(repr((int(seed), *map(float, cell))).encode()))
     return g
-
-
-def sample_batches(task, g, n_batches, batch_size, length, device, shift=None):
-    """Prompts drawn on the CPU (reproducible across devices), then moved to the model's device."""
-    for _ in range(n_batches):
-        yield task.sample(batch_size, length, g, "cpu", shift).to(device)

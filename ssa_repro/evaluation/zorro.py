@@ -218,13 +218,6 @@ def accuracy_rows(
     return pd.concat([frame, pd.DataFrame(means)], ignore_index=True)
 
 
-def score_pairs(score_fn, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
-    """Scores of (ungrammatical, grammatical) sentences via ``score_fn(list of str) -> [N]``."""
-    flat = [s for pair in pairs for s in pair]
-    scores = np.asarray(score_fn(flat), dtype=np.float64)
-    return scores[0::2], scores[1::2]
-
-
 def evaluate_zorro(
     model,
     tokenizer,

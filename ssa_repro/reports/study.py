@@ -63,7 +63,7 @@ def per_job(index: pd.DataFrame, evaluation: str, fn) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _value(frame, metric, predictor="model", **where):
+def _cell_value(frame, metric, predictor="model", **where):
     sel = frame[(frame.metric == metric) & (frame.predictor == predictor)]
     for k, v in where.items():
         sel = sel[np.isclose(sel[k].astype(float), v)] if isinstance(v, float) else sel[sel[k] == v]
@@ -112,7 +112,7 @@ def verdict(a: Number, b: Number) -> str:
 def grid_numbers(c: pd.DataFrame) -> dict:
     if "mse" in set(c.metric):
         return {
-            "in_dist": _value(c, "mse", sigma_f=1.0, sigma_x=1.0),
+            "in_dist": _cell_value(c, "mse", sigma_f=1.0, sigma_x=1.0),
             "grid_mean": float(
                 np.exp(
                     np.log(
@@ -120,8 +120,8 @@ def grid_numbers(c: pd.DataFrame) -> dict:
                     ).mean()
                 )
             ),
-            "least_squares": _value(c, "mse", "least_squares", sigma_f=1.0, sigma_x=1.0),
-            "zero": _value(c, "mse", "zero", sigma_f=1.0, sigma_x=1.0),
+            "least_squares": _cell_value(c, "mse", "least_squares", sigma_f=1.0, sigma_x=1.0),
+            "zero": _cell_value(c, "mse", "zero", sigma_f=1.0, sigma_x=1.0),
         }
     m = c[(c.metric == "sequence_error") & (c.predictor == "model")]
     lengths = sorted(m.length.unique())
@@ -138,19 +138,19 @@ def deviant_numbers(c: pd.DataFrame) -> dict:
     m = float(c.M.max())
     k = int(c.k.min())
     out = {
-        "attention": _value(c, "attention_on_inserted", M=m, k=k),
-        "uniform": _value(c, "uniform_share", M=m, k=k),
-        "attention_max_head": _value(c, "attention_on_inserted_max_head", M=m, k=k),
+        "attention": _cell_value(c, "attention_on_inserted", M=m, k=k),
+        "uniform": _cell_value(c, "uniform_share", M=m, k=k),
+        "attention_max_head": _cell_value(c, "attention_on_inserted_max_head", M=m, k=k),
     }
     if "follows_largest" in set(c.metric):
         out.update(
-            follows=_value(c, "follows_largest", M=m, k=k),
-            follows_labels=_value(c, "follows_largest", "labels", M=m, k=k),
-            error=_value(c, "sequence_error", M=m, k=k),
-            error_m1=_value(c, "sequence_error", M=1.0, k=k),
+            follows=_cell_value(c, "follows_largest", M=m, k=k),
+            follows_labels=_cell_value(c, "follows_largest", "labels", M=m, k=k),
+            error=_cell_value(c, "sequence_error", M=m, k=k),
+            error_m1=_cell_value(c, "sequence_error", M=1.0, k=k),
         )
     else:
-        out.update(error=_value(c, "mse_inserted", M=m, k=k))
+        out.update(error=_cell_value(c, "mse_inserted", M=m, k=k))
     return out
 
 

@@ -76,7 +76,6 @@ class Metric:
 
     name: str
     kind: str = "rate"
-    lower_is_better: bool = True
 
     @property
     def log_scale(self) -> bool:
