@@ -18,7 +18,7 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import II, MISSING
 
 from ssa_repro import resolvers  # noqa: F401  (the resolvers conf/ uses: ssa_job_dir, ssa_eval_sweep_dir)
 from ssa_repro.evaluation import EVALUATORS
@@ -70,6 +70,8 @@ class ModelConfig:
     max_positions: int = 512  # tokens, not examples: an interleaved (x, y) example is 2 tokens
     mlp_ratio: int = 4
     vocab_size: int = 0  # 0: one scalar per token (linear read-in/out); > 0: token table + tied LM head
+    # the width of a token for the linear read-in: the task's n_dims (vector-input tasks), else 1
+    n_in: int = II("oc.select:task.n_dims,1")
     causal: bool = True  # false: a bidirectional encoder (masked LM)
     post_ln: bool = False  # LayerNorm after each residual add (BERT/RoBERTa) instead of before (GPT-2)
     attn_impl: AttnImpl = AttnImpl.auto  # eager: the plain path, same numbers (tested)
@@ -99,13 +101,18 @@ class TrainConfig:
 
 @dataclass
 class CurriculumConfig:
-    """Number of in-context examples: start, +inc every interval steps, capped at end."""
+    """Number of in-context examples: start, +inc every interval steps, capped at end; and, for tasks
+    with vector inputs, active dimensions: dims_start (0: all from the start), +dims_inc every
+    dims_interval steps, capped at task.n_dims (Garg et al.'s curriculum.dims)."""
 
     enabled: bool = True
     start: int = 11
     end: int = 41
     inc: int = 2
     interval: int = 2000
+    dims_start: int = 0
+    dims_inc: int = 1
+    dims_interval: int = 2000
 
 
 @dataclass

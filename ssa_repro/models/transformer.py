@@ -95,7 +95,7 @@ class Transformer(nn.Module):
         if self.vocab_size:
             self.wte = nn.Embedding(self.vocab_size, cfg.n_embd)  # also the LM head (tied)
         else:
-            self.read_in = nn.Linear(1, cfg.n_embd)
+            self.read_in = nn.Linear(int(cfg.get("n_in", 1)), cfg.n_embd)  # [B, T, n_in] -> [B, T, C]
         self.wpe = nn.Embedding(cfg.max_positions, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg, scorer_cfg, blocks, layer=i) for i in range(cfg.n_layer))
         # pre-LN: the final LayerNorm; post-LN: blocks end normalised, so it normalises the embeddings (BERT)

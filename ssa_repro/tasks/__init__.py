@@ -1,6 +1,6 @@
-"""In-context-learning tasks, chosen by name (``task=linear|every|some``)."""
+"""Tasks, chosen by name (``task=linear|every|some|lm|mlm`` and Garg et al.'s function classes)."""
 
-from ssa_repro.tasks import linear, lm, mlm, quantifier  # noqa: F401  (fill the registry; mlm: BabyBERTa, lm: GPT-2-style LM)
+from ssa_repro.tasks import functions, linear, lm, mlm, quantifier  # noqa: F401  (fill the registry)
 from ssa_repro.tasks.base import Batch, Task
 from ssa_repro.tasks.registry import TASKS
 

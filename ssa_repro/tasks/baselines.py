@@ -1,7 +1,8 @@
-"""Reference predictors for regression tasks (linear), computed on exactly the prompts the model sees.
+"""Reference predictors for regression tasks, computed on exactly the prompts the model sees.
 
-Each maps xs, ys [B, n] to predictions [B, n], where prediction i uses only examples j < i (as the
-model does). Position 0 has no example and predicts 0.
+Each maps xs [B, n] (one input dimension, task=linear) or [B, n, d] (Garg's function classes) and
+ys [B, n] to predictions [B, n], where prediction i uses only examples j < i (as the model does).
+Position 0 has no example and predicts 0.
 """
 
 from __future__ import annotations
@@ -23,22 +24,55 @@ def least_squares(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     return preds.to(xs.dtype)
 
 
+def _vectors(xs: torch.Tensor) -> torch.Tensor:
+    return xs if xs.dim() == 3 else xs[..., None]  # [B, n, d]
+
+
+def least_squares_d(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """Garg et al.'s least squares: the minimum-norm w with X_{<i} w ≈ y_{<i} (no intercept; exact
+    interpolation while i ≤ d), prediction w·x_i; float64 internally."""
+    x64, y64 = _vectors(xs).double(), ys.double()
+    preds = torch.zeros_like(y64)
+    for i in range(1, x64.shape[1]):
+        w = torch.linalg.pinv(x64[:, :i]) @ y64[:, :i, None]  # [B, d, 1]
+        preds[:, i] = (x64[:, i : i + 1] @ w)[:, 0, 0]
+    return preds.to(ys.dtype)
+
+
+RIDGE_LAMBDA = 0.1  # Garg et al. compare with Lasso at several α; ridge at this λ is our fixed choice
+
+
+def ridge(xs: torch.Tensor, ys: torch.Tensor, lam: float = RIDGE_LAMBDA) -> torch.Tensor:
+    """Ridge regression, w = (XᵀX + λI)⁻¹ Xᵀy on the examples j < i (no intercept); float64."""
+    x64, y64 = _vectors(xs).double(), ys.double()
+    d = x64.shape[2]
+    eye = torch.eye(d, dtype=torch.float64, device=x64.device)
+    preds = torch.zeros_like(y64)
+    for i in range(1, x64.shape[1]):
+        x = x64[:, :i]  # [B, i, d]
+        w = torch.linalg.solve(x.transpose(1, 2) @ x + lam * eye, x.transpose(1, 2) @ y64[:, :i, None])
+        preds[:, i] = (x64[:, i : i + 1] @ w)[:, 0, 0]
+    return preds.to(ys.dtype)
+
+
 def averaging(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     """Garg et al.'s averaging estimator: w = mean_{j<i} x_j·y_j, prediction w·x_i (no intercept)."""
-    xy = (xs * ys).cumsum(1)  # [B, n] sums over j <= i
-    count = torch.arange(1, xs.shape[1] + 1, device=xs.device, dtype=xs.dtype)
-    w = torch.zeros_like(xs)
+    x = _vectors(xs)  # [B, n, d]
+    xy = (x * ys[..., None]).cumsum(1)  # [B, n, d] sums over j <= i
+    count = torch.arange(1, x.shape[1] + 1, device=xs.device, dtype=xs.dtype)[:, None]
+    w = torch.zeros_like(x)
     w[:, 1:] = xy[:, :-1] / count[:-1]  # over j < i
-    return w * xs
+    return (w * x).sum(-1)
 
 
 def nearest_neighbours(xs: torch.Tensor, ys: torch.Tensor, k: int = 3) -> torch.Tensor:
-    """Mean y of the k nearest earlier x's (fewer while fewer exist)."""
-    n = xs.shape[1]
-    dist = (xs[:, :, None] - xs[:, None, :]).abs()  # [B, i, j]
+    """Mean y of the k nearest earlier x's in Euclidean distance (fewer while fewer exist)."""
+    x = _vectors(xs)
+    n = x.shape[1]
+    dist = torch.cdist(x.double(), x.double())  # [B, i, j]
     earlier = torch.ones(n, n, dtype=torch.bool, device=xs.device).tril(-1)  # j < i
     dist = dist.masked_fill(~earlier, float("inf"))
-    preds = torch.zeros_like(xs)
+    preds = torch.zeros_like(ys)
     for i in range(1, n):
         kk = min(k, i)
         idx = dist[:, i, :i].topk(kk, largest=False).indices  # [B, kk]
@@ -51,4 +85,11 @@ def zero(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(ys)
 
 
-BASELINES = {"least_squares": least_squares, "averaging": averaging, "knn3": nearest_neighbours, "zero": zero}
+BASELINES = {
+    "least_squares": least_squares,
+    "least_squares_d": least_squares_d,
+    "ridge": ridge,
+    "averaging": averaging,
+    "knn3": nearest_neighbours,
+    "zero": zero,
+}

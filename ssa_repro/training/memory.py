@@ -59,7 +59,7 @@ def parameter_count(model_cfg, scorer_cfg) -> int:
     """``count_parameters(build_model(model_cfg, scorer_cfg))`` without building the model.
 
     C = n_embd, r = mlp_ratio, V = vocab_size, P = max_positions, L = n_layer:
-    token table V·C (tied to the head) or read-in 2C + read-out C + 1; positions P·C; per layer with
+    token table V·C (tied to the head) or read-in (n_in + 1)·C + read-out C + 1; positions P·C; per layer with
     attention 2C (LayerNorm) + 3C² + 3C (qkv) + C² + C (proj) + the scorer's; per layer with an MLP
     2C (LayerNorm) + r·C² + r·C (fc) + r·C² + C (proj); the final LayerNorm 2C."""
     c, r = int(model_cfg.n_embd), int(model_cfg.get("mlp_ratio", 4))
@@ -69,7 +69,8 @@ def parameter_count(model_cfg, scorer_cfg) -> int:
         int(model_cfg.n_layer),
     )
     blocks = MODELS.get(model_cfg.name)
-    n = v * c if v else (2 * c) + (c + 1)
+    n_in = int(model_cfg.get("n_in", 1) or 1)
+    n = v * c if v else (n_in + 1) * c + (c + 1)
     n += p * c + 2 * c
     per_layer = 0
     if blocks.attention:

@@ -108,12 +108,16 @@ def _fmt_time(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-def train_step(step, n, task, forward, ddp, opt, gen, tr, dd, device, autocast) -> torch.Tensor:
-    """One optimizer step over ``train.grad_accum`` micro-batches; the global batch's mean loss."""
+def train_step(step, n, task, forward, ddp, opt, gen, tr, dd, device, autocast, dims=None) -> torch.Tensor:
+    """One optimizer step over ``train.grad_accum`` micro-batches; the global batch's mean loss.
+    ``dims``: active input dimensions (the dimension curriculum), None for all."""
     loss = torch.zeros((), device=device)
     for micro in range(tr.grad_accum):
-        batch = task.train_batch(
-            micro_batch_index(step, micro, tr.grad_accum, dd.world, dd.rank), tr.batch_size, n, gen, device
+        index = micro_batch_index(step, micro, tr.grad_accum, dd.world, dd.rank)
+        batch = (
+            task.train_batch(index, tr.batch_size, n, gen, device)
+            if dims is None
+            else task.train_batch(index, tr.batch_size, n, gen, device, dims=dims)
         )
         # gradients are averaged over ranks once, at the last micro-batch
         sync = ddp.no_sync() if dd.enabled and micro < tr.grad_accum - 1 else contextlib.nullcontext()
@@ -237,9 +241,12 @@ def train(cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None) -> dic
         s.model.train()
         while step < tr.steps:
             n = curriculum.n_points(cfg.curriculum, step)
+            dims = curriculum.n_dims(cfg.curriculum, step)
             set_lr(s.opt, lr_at(tr, step))
             s.window.add(
-                train_step(step, n, s.task, s.forward, s.ddp, s.opt, s.gen, tr, s.dd, s.device, s.autocast)
+                train_step(
+                    step, n, s.task, s.forward, s.ddp, s.opt, s.gen, tr, s.dd, s.device, s.autocast, dims
+                )
             )
             step += 1
             done = step == tr.steps

@@ -90,6 +90,10 @@ RULES: list[tuple[str, Rule]] = [
     ("curriculum.end", at_least(1)),
     ("curriculum.interval", at_least(1)),
     ("curriculum.inc", at_least(0)),
+    ("curriculum.dims_start", at_least(0, "0: every dimension from the start")),
+    ("curriculum.dims_inc", at_least(0)),
+    ("curriculum.dims_interval", at_least(1)),
+    ("model.n_in", at_least(1)),
     *[
         (f"task.{d}.{f}", DIST)
         for d in ("a_dist", "b_dist", "x_dist")
