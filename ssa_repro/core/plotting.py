@@ -52,8 +52,10 @@ def heatmap(
     values = values[np.isfinite(values)]
     n_rows = max(t.shape[0] for _, t in tables)
     n_cols = max(t.shape[1] for _, t in tables)
+    longest = max((len(_tick(r)) for _, t in tables for r in t.index), default=0)
+    pad = 0.08 * max(0, longest - 4)  # room for row names (shift variants), not only numbers
     fig, axes = plt.subplots(
-        1, len(tables), figsize=(len(tables) * (1.6 + 0.75 * n_cols), 1.2 + 0.45 * n_rows), squeeze=False
+        1, len(tables), figsize=(len(tables) * (1.6 + pad + 0.75 * n_cols), 1.2 + 0.45 * n_rows), squeeze=False
     )
     norm, vmin, vmax = None, None, None
     if log:
@@ -78,10 +80,18 @@ def heatmap(
         ax.set_title(title if key is None else f"{title}\n{facet} = {key:g}", fontsize=9)
         ax.set_xlabel(xlabel or cols)
         ax.set_ylabel(ylabel or rows)
-        ax.set_xticklabels([f"{float(c):g}" for c in table.columns], rotation=0)
-        ax.set_yticklabels([f"{float(r):g}" for r in table.index], rotation=0)
+        ax.set_xticklabels([_tick(c) for c in table.columns], rotation=0)
+        ax.set_yticklabels([_tick(r) for r in table.index], rotation=0)
     fig.tight_layout()
     return save(fig, path)
+
+
+def _tick(value) -> str:
+    """A tick label: numbers in short form, names (a shift variant) as they are."""
+    try:
+        return f"{float(value):g}"
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def curves(

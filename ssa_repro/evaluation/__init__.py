@@ -11,6 +11,7 @@ from ssa_repro.evaluation import (  # noqa: F401  (fill the registry)
     grid,
     lm,  # eval=lm (task=lm)
     runner,  # the presets eval=default and eval=quick
+    shift,  # eval=shift (Garg et al.'s function classes)
     zorro,  # eval=zorro (task=mlm)
 )
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig

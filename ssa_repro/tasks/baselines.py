@@ -28,13 +28,18 @@ def _vectors(xs: torch.Tensor) -> torch.Tensor:
     return xs if xs.dim() == 3 else xs[..., None]  # [B, n, d]
 
 
+PINV_RTOL = 1e-5
+
+
 def least_squares_d(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     """Garg et al.'s least squares: the minimum-norm w with X_{<i} w ≈ y_{<i} (no intercept; exact
-    interpolation while i ≤ d), prediction w·x_i; float64 internally."""
+    interpolation while i ≤ d), prediction w·x_i; float64 internally. Singular values below 1e-5 of the
+    largest count as 0: the prompts are float32, so a context confined to a subspace (the shift
+    suite) has round-off components outside it that must not be inverted."""
     x64, y64 = _vectors(xs).double(), ys.double()
     preds = torch.zeros_like(y64)
     for i in range(1, x64.shape[1]):
-        w = torch.linalg.pinv(x64[:, :i]) @ y64[:, :i, None]  # [B, d, 1]
+        w = torch.linalg.pinv(x64[:, :i], rtol=PINV_RTOL) @ y64[:, :i, None]  # [B, d, 1]
         preds[:, i] = (x64[:, i : i + 1] @ w)[:, 0, 0]
     return preds.to(ys.dtype)
 
