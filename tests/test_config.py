@@ -169,7 +169,10 @@ def test_unknown_option_lists_choices():
         (["train.batch_size=0"], "train.batch_size=0 must be >= 1"),
         (["evaluation.sigmas=[1,-2]"], "evaluation.sigmas"),
         (["task=every", "task.balance=true", "task.x_dist.mean=1"], "symmetric"),
-        (["task.name=linearr"], "allowed: decision_tree, every, linear, linear_regression, lm, mlm, noisy_linear, polynomial, quadratic, relu_2nn, some, sparse_linear"),
+        (
+            ["task.name=linearr"],
+            "allowed: decision_tree, every, linear, linear_regression, lm, mlm, noisy_linear, polynomial, quadratic, relu_2nn, some, sparse_linear",
+        ),
         (["train.keep_every=4", "train.ckpt_interval=3"], "multiple of train.ckpt_interval=3"),
         (["evaluation.sigmas=[]"], "evaluation.sigmas=[] must be a non-empty list"),
         (["task=some", "evaluation.lengths=[]"], "evaluation.lengths=[] must be a non-empty list"),

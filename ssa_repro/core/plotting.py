@@ -55,7 +55,10 @@ def heatmap(
     longest = max((len(_tick(r)) for _, t in tables for r in t.index), default=0)
     pad = 0.08 * max(0, longest - 4)  # room for row names (shift variants), not only numbers
     fig, axes = plt.subplots(
-        1, len(tables), figsize=(len(tables) * (1.6 + pad + 0.75 * n_cols), 1.2 + 0.45 * n_rows), squeeze=False
+        1,
+        len(tables),
+        figsize=(len(tables) * (1.6 + pad + 0.75 * n_cols), 1.2 + 0.45 * n_rows),
+        squeeze=False,
     )
     norm, vmin, vmax = None, None, None
     if log:
