@@ -48,8 +48,8 @@ log = logging.getLogger("ssa_repro.train")
 # default size): SSA's compile costs about 13 s and saves 77 ms a step, so it pays after 164 steps (about
 # 330 with the recompile at the curriculum's second length); the threshold keeps a 3x margin.
 COMPILE_AUTO_MIN_STEPS = 1000
-# Scorers whose eager path is already one fused kernel (softmax: SDPA): compiling them never paid
-# (293.5 vs 284.0 ms a step), so auto leaves them eager.
+# Scorers whose eager path is already one fused kernel (softmax: SDPA): compiling them changed the step
+# by +3% and -3% in two runs (noise; docs/performance.md), so auto leaves them eager.
 COMPILE_AUTO_SKIPS = ("softmax",)
 
 
