@@ -56,4 +56,5 @@ class SoftmaxSink(Scorer):
         return w.to(logits.dtype)
 
     def stats(self):
-        return {"s": self.s.detach()}
+        # a fixed sink (softmax_one) is a constant, not a parameter to follow over training
+        return {"s": self.s.detach()} if isinstance(self.s, torch.nn.Parameter) else {}
