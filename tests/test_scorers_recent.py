@@ -97,6 +97,9 @@ def test_softmax_one_preset_is_softmax_sink_with_s_fixed_at_zero():
     s = build_scorer(cfg.scorer, cfg.model.n_head)
     assert "s" in s.state_dict() and list(s.parameters()) == []
     assert torch.equal(s.s, torch.zeros(cfg.model.n_head))
+    assert s.stats() == {}  # a constant is not logged as a parameter...
+    learnt = build_scorer(make_cfg("scorer=softmax_sink").scorer, cfg.model.n_head)
+    assert set(learnt.stats()) == {"s"}  # ...a learnable sink is
 
 
 def test_layer_index_reaches_every_scorer():
