@@ -186,3 +186,35 @@ def test_a_function_task_trains_and_evaluates_with_its_baselines(tmp_path):
     frame = pd.concat([pd.read_csv(p) for p in parts])
     assert set(frame.predictor) == {"model", "least_squares_d", "ridge", "knn3", "averaging", "zero"}
     assert (frame[frame.metric == "mse"]["value"] >= 0).all()
+
+
+def test_lasso_meets_its_optimality_conditions():
+    """The Lasso fit of a prefix meets the optimality (KKT) conditions of (1/2i)‖y − Xw‖² + α‖w‖₁:
+    X_jᵀr/i = α·sign(w_j) where w_j ≠ 0 and |X_jᵀr/i| ≤ α where w_j = 0; the baseline predicts w·x_i."""
+    pytest.importorskip("sklearn")
+    from sklearn.linear_model import Lasso
+
+    xs, ys = _prompt(bsz=2, n=12, d=5)
+    got = B.lasso(xs, ys, alpha=0.05).double().numpy()
+    for b in range(2):
+        for i in (3, 8, 11):
+            x, y = np64(xs[b, :i]), np64(ys[b, :i])
+            w = Lasso(alpha=0.05, fit_intercept=False, max_iter=10_000, tol=1e-10).fit(x, y).coef_
+            grad = x.T @ (y - x @ w) / i  # [d]
+            active = np.abs(w) > 1e-8
+            np.testing.assert_allclose(grad[active], 0.05 * np.sign(w[active]), atol=1e-5)
+            assert (np.abs(grad[~active]) <= 0.05 + 1e-5).all()
+            assert got[b, i] == pytest.approx(np64(xs[b, i]) @ w, rel=1e-4, abs=1e-5)
+
+
+def test_baselines_that_need_scikit_learn_say_so(monkeypatch):
+    import importlib.util
+
+    assert B.problems(["least_squares_d", "nope"]) == [
+        f"eval.baselines has ['nope']; allowed: {', '.join(B.BASELINES)}"
+    ]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "sklearn" else real(name))
+    assert B.problems(["lasso"]) == [
+        "eval.baselines ['lasso'] need scikit-learn, which is not installed: pip install -e '.[garg]'"
+    ]

@@ -41,6 +41,7 @@ from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, sup
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.tasks.base import Prompts
 from ssa_repro.tasks.baselines import BASELINES
+from ssa_repro.tasks.baselines import problems as baseline_problems
 
 log = logging.getLogger("ssa_repro.evaluate")
 
@@ -152,9 +153,7 @@ class GridEvaluation(Evaluator):
                 f"eval.skip_first={c.skip_first} must be < the shortest of eval.lengths={_list(c.lengths)} "
                 "(no prediction of the shortest prompts would be scored)"
             )
-        bad = [b for b in c.baselines if b not in BASELINES]
-        if bad:
-            out.append(f"eval.baselines has {bad}; allowed: {', '.join(BASELINES)}")
+        out += baseline_problems(c.baselines)
         if c.nested and not self.run_cfg.model.get("causal", True):
             out.append("eval.nested=true needs a causal model (model.causal=true): use eval.nested=false")
         return out

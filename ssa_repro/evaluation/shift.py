@@ -41,6 +41,7 @@ from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, sup
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.tasks.base import Prompts
 from ssa_repro.tasks.baselines import BASELINES
+from ssa_repro.tasks.baselines import problems as baseline_problems
 
 log = logging.getLogger("ssa_repro.evaluate")
 
@@ -167,9 +168,7 @@ class Shift(Evaluator):
             out.append(f"eval.noise_std={c.noise_std} must be >= 0")
         if c.n_samples < 1 or c.batch_size < 1:
             out.append(f"eval.n_samples={c.n_samples} and eval.batch_size={c.batch_size} must be >= 1")
-        unknown = [b for b in c.baselines if b not in BASELINES]
-        if unknown:
-            out.append(f"eval.baselines has {unknown}; allowed: {', '.join(BASELINES)}")
+        out += baseline_problems(c.baselines)
         return out
 
     def cells(self) -> list[dict]:

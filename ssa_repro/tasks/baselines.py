@@ -7,6 +7,8 @@ Position 0 has no example and predicts 0.
 
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 
 
@@ -60,6 +62,42 @@ def ridge(xs: torch.Tensor, ys: torch.Tensor, lam: float = RIDGE_LAMBDA) -> torc
     return preds.to(ys.dtype)
 
 
+LASSO_ALPHA = 0.01  # one of Garg et al.'s Lasso α's (they compare 1 ... 1e-4)
+
+
+def lasso(xs: torch.Tensor, ys: torch.Tensor, alpha: float = LASSO_ALPHA) -> torch.Tensor:
+    """Lasso, w = argmin (1/2i)‖y_{<i} − X_{<i} w‖² + α‖w‖₁ (no intercept; scikit-learn's coordinate
+    descent, as Garg et al.'s LassoModel), prediction w·x_i. Needs the ``garg`` extra (scikit-learn)."""
+    from sklearn.linear_model import Lasso  # optional: pip install -e '.[garg]'
+
+    x64, y64 = _vectors(xs).double().cpu().numpy(), ys.double().cpu().numpy()
+    preds = torch.zeros(ys.shape, dtype=torch.float64)
+    for b in range(x64.shape[0]):
+        for i in range(1, x64.shape[1]):
+            fit = Lasso(alpha=alpha, fit_intercept=False, max_iter=10_000, tol=1e-8).fit(
+                x64[b, :i], y64[b, :i]
+            )
+            preds[b, i] = float(fit.coef_ @ x64[b, i])
+    return preds.to(ys.dtype).to(ys.device)
+
+
+NEEDS_SKLEARN = ("lasso",)
+
+
+def problems(names) -> list[str]:
+    """Unknown baselines, and those whose optional package is missing, each named with the fix."""
+    out = []
+    unknown = [b for b in names if b not in BASELINES]
+    if unknown:
+        out.append(f"eval.baselines has {unknown}; allowed: {', '.join(BASELINES)}")
+    need = [b for b in names if b in NEEDS_SKLEARN]
+    if need and importlib.util.find_spec("sklearn") is None:
+        out.append(
+            f"eval.baselines {need} need scikit-learn, which is not installed: pip install -e '.[garg]'"
+        )
+    return out
+
+
 def averaging(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     """Garg et al.'s averaging estimator: w = mean_{j<i} x_j·y_j, prediction w·x_i (no intercept)."""
     x = _vectors(xs)  # [B, n, d]
@@ -94,6 +132,7 @@ BASELINES = {
     "least_squares": least_squares,
     "least_squares_d": least_squares_d,
     "ridge": ridge,
+    "lasso": lasso,
     "averaging": averaging,
     "knn3": nearest_neighbours,
     "zero": zero,
