@@ -218,3 +218,17 @@ def test_baselines_that_need_scikit_learn_say_so(monkeypatch):
     assert B.problems(["lasso"]) == [
         "eval.baselines ['lasso'] need scikit-learn, which is not installed: pip install -e '.[garg]'"
     ]
+
+
+def test_tree_baseline_recovers_a_step_function():
+    """y = 1 where x₀ > 0 else −1, ten context examples alternating sides: only x₀ separates them, so
+    the tree splits on it between the sides and queries beyond the context's x₀ range are exact."""
+    pytest.importorskip("sklearn")
+    g = torch.Generator().manual_seed(0)
+    ctx = torch.rand(4, 10, 3, generator=g) + 0.1  # |x₀| in [0.1, 1.1]
+    ctx[:, ::2, 0] *= -1  # alternate sides: examples 0 and 1 already cover both
+    query = torch.tensor([[[2.0, 0.0, 0.0]], [[-2.0, 0.0, 0.0]], [[3.0, 1.0, 1.0]], [[-3.0, -1.0, 1.0]]])
+    xs = torch.cat([ctx, query], dim=1)  # [4, 11, 3]
+    ys = torch.where(xs[..., 0] > 0, 1.0, -1.0)
+    pred = B.tree(xs, ys)
+    torch.testing.assert_close(pred[:, -1], ys[:, -1])

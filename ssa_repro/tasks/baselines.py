@@ -81,7 +81,22 @@ def lasso(xs: torch.Tensor, ys: torch.Tensor, alpha: float = LASSO_ALPHA) -> tor
     return preds.to(ys.dtype).to(ys.device)
 
 
-NEEDS_SKLEARN = ("lasso",)
+def tree(xs: torch.Tensor, ys: torch.Tensor, max_depth: int = 4) -> torch.Tensor:
+    """A greedy regression tree of depth ``max_depth`` on the examples j < i (scikit-learn's CART, as
+    Garg et al.'s DecisionTreeModel for the decision_tree task), prediction at x_i. Needs the ``garg``
+    extra (scikit-learn)."""
+    from sklearn.tree import DecisionTreeRegressor  # optional: pip install -e '.[garg]'
+
+    x64, y64 = _vectors(xs).double().cpu().numpy(), ys.double().cpu().numpy()
+    preds = torch.zeros(ys.shape, dtype=torch.float64)
+    for b in range(x64.shape[0]):
+        for i in range(1, x64.shape[1]):
+            fit = DecisionTreeRegressor(max_depth=max_depth).fit(x64[b, :i], y64[b, :i])
+            preds[b, i] = float(fit.predict(x64[b, i : i + 1])[0])
+    return preds.to(ys.dtype).to(ys.device)
+
+
+NEEDS_SKLEARN = ("lasso", "tree")
 
 
 def problems(names) -> list[str]:
@@ -133,6 +148,7 @@ BASELINES = {
     "least_squares_d": least_squares_d,
     "ridge": ridge,
     "lasso": lasso,
+    "tree": tree,
     "averaging": averaging,
     "knn3": nearest_neighbours,
     "zero": zero,
