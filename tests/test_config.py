@@ -338,13 +338,34 @@ def test_multirun_jobs_get_their_own_folders_and_one_wandb_group(tmp_path):
         assert OmegaConf.load(sweep / job / "config.yaml").logger.group == "sweep"
 
 
-def test_a_causal_only_scorer_is_refused_for_a_bidirectional_model():
-    found = problems(make_cfg("scorer=stickbreaking", "model=encoder"))
-    assert any("scorer=stickbreaking is causal only" in p and "model.causal=false" in p for p in found)
-    assert problems(make_cfg("scorer=stickbreaking")) == []  # the decoder is causal
+@pytest.mark.parametrize(
+    "bidirectional", [["model=encoder"], ["model.causal=false"], ["model=encoder", "task=mlm"]]
+)
+def test_a_causal_only_scorer_is_refused_for_a_bidirectional_model(tmp_path, bidirectional):
+    cfg = make_cfg("scorer=stickbreaking", *bidirectional)
+    found = [p for p in problems(cfg) if "scorer=stickbreaking is causal only" in p]
+    assert len(found) == 1 and "model.causal=false" in found[0], problems(cfg)
+    allowed = found[0].split("allows a bidirectional one: ")[1].split(", ")
+    assert "softmax" in allowed and "ssa" in allowed and "stickbreaking" not in allowed
+    with pytest.raises(ConfigError, match="causal only"):  # refused before the run folder exists
+        check_run(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    assert problems(make_cfg("scorer=stickbreaking")) == []  # the default decoder is causal
+    assert not any("causal only" in p for p in problems(make_cfg("scorer=ssa", *bidirectional)))
 
 
-def test_diff_needs_an_even_head_width():
-    found = problems(make_cfg("scorer=diff", "model.n_embd=12", "model.n_head=4"))
-    assert any("head width model.n_embd / model.n_head = 3 must be even" in p for p in found)
-    assert problems(make_cfg("scorer=diff", "model.n_embd=16", "model.n_head=4")) == []
+@pytest.mark.parametrize(
+    ("n_embd", "n_head", "odd"), [(12, 4, True), (20, 4, True), (16, 4, False), (24, 4, False)]
+)
+def test_diff_needs_an_even_head_width(tmp_path, n_embd, n_head, odd):
+    cfg = make_cfg("scorer=diff", f"model.n_embd={n_embd}", f"model.n_head={n_head}")
+    if not odd:
+        assert problems(cfg) == []
+        return
+    needle = f"scorer=diff splits each head in two halves, so the head width model.n_embd / model.n_head = {n_embd // n_head} must be even"
+    assert any(needle in p for p in problems(cfg)), problems(cfg)
+    with pytest.raises(ConfigError, match="must be even"):  # refused before the run folder exists
+        check_run(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    # the same width with a scorer that does not split heads is fine
+    assert problems(make_cfg("scorer=softmax", f"model.n_embd={n_embd}", f"model.n_head={n_head}")) == []

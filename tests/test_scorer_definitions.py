@@ -17,6 +17,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from ssa_repro.core.enums import value_of
 from ssa_repro.scorers import SCORERS, build_scorer
 from tests.conftest import make_cfg
 
@@ -711,7 +712,7 @@ def test_ssa_yaml_presets_compose_and_build(preset):
     cfg = make_cfg(f"scorer={preset}")
     sc = cfg.scorer
     assert sc.name == "ssa" and sc.label == label
-    assert sc.per_head is per_head and getattr(sc.param, "value", sc.param) == param
+    assert sc.per_head is per_head and value_of(sc.param) == param
     assert sc.b_init == pytest.approx(b, rel=1e-15) and sc.n_init == pytest.approx(n, rel=1e-15)
     assert (sc.learn_b, sc.learn_n) == (learn_b, learn_n)
     n_head = cfg.model.n_head

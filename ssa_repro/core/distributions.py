@@ -11,6 +11,8 @@ from enum import Enum
 
 import torch
 
+from ssa_repro.core.enums import value_of
+
 
 class DistKind(str, Enum):
     normal = "normal"
@@ -28,14 +30,9 @@ class DistConfig:
     high: float = 1.0
 
 
-def _kind(dist) -> str:
-    kind = dist.kind
-    return kind.value if isinstance(kind, Enum) else str(kind)
-
-
 def sample(dist, shape: tuple[int, ...], generator: torch.Generator, device) -> torch.Tensor:
     """Draw a float32 tensor of ``shape`` from ``dist``."""
-    kind = _kind(dist)
+    kind = value_of(dist.kind)
     if kind == "normal":
         z = torch.randn(shape, generator=generator, device=device)
         return z * float(dist.std) + float(dist.mean)
@@ -52,7 +49,7 @@ def normal(std: float, mean: float = 0.0) -> DistConfig:
 
 def is_symmetric(dist) -> bool:
     """Whether the distribution is symmetric about 0 (sign flips leave it unchanged)."""
-    kind = _kind(dist)
+    kind = value_of(dist.kind)
     if kind == "normal":
         return float(dist.mean) == 0.0
     return float(dist.low) == -float(dist.high)
@@ -60,7 +57,7 @@ def is_symmetric(dist) -> bool:
 
 def check(dist, key: str) -> list[str]:
     """Problems with a distribution config, each naming ``key`` and the bad value."""
-    kind = _kind(dist)
+    kind = value_of(dist.kind)
     if kind == "normal" and not float(dist.std) > 0:
         return [f"{key}.std={dist.std} must be > 0"]
     if kind == "uniform" and not float(dist.low) < float(dist.high):

@@ -20,6 +20,7 @@ import functools
 import hashlib
 from pathlib import Path
 
+from ssa_repro.core.enums import value_of
 from ssa_repro.data.bpe import train_bpe
 from ssa_repro.data.paths import CorpusError, DataFileError, data_file, resolve_root
 
@@ -112,7 +113,7 @@ class HFTokenizer(TextTokenizer):
 def build_tokenizer(task_cfg, data_cfg) -> TextTokenizer:
     """The run's tokeniser: ``task.tokenizer=gpt2`` (the shared GPT-2 files) or ``bpe`` (trained on
     ``task.train_file`` with ``task.bpe_vocab`` tokens, cached in ``data.cache_dir``)."""
-    kind = getattr(task_cfg.tokenizer, "value", task_cfg.tokenizer)
+    kind = value_of(task_cfg.tokenizer)
     if kind == "gpt2":
         return GPT2Tokenizer(data_cfg.root)
 
@@ -124,7 +125,7 @@ def build_tokenizer(task_cfg, data_cfg) -> TextTokenizer:
 
 def required_vocab(task_cfg) -> int:
     """An upper bound on the tokeniser's size, known without building it (for config checks)."""
-    kind = getattr(task_cfg.tokenizer, "value", task_cfg.tokenizer)
+    kind = value_of(task_cfg.tokenizer)
     return GPT2_VOCAB if kind == "gpt2" else int(task_cfg.bpe_vocab)
 
 

@@ -24,6 +24,7 @@ from enum import Enum
 
 import torch
 
+from ssa_repro.core.enums import value_of
 from ssa_repro.scorers.base import Scorer, ScorerConfig
 from ssa_repro.scorers.registry import SCORERS
 
@@ -72,7 +73,7 @@ class CosFormer(Scorer):
         raise TypeError("CosFormer scores q and k, not logits: call weights(q, k, mask) or attend()")
 
     def attend(self, q, k, v, mask, is_causal=False, need_weights=False):
-        if need_weights or not is_causal or getattr(self.cfg.form, "value", self.cfg.form) == "quadratic":
+        if need_weights or not is_causal or value_of(self.cfg.form) == "quadratic":
             return super().attend(q, k, v, mask, is_causal, need_weights)
         return self.causal_linear(q, k, v), None
 

@@ -39,6 +39,7 @@ from enum import Enum
 import torch
 from torch import nn
 
+from ssa_repro.core.enums import value_of
 from ssa_repro.scorers.base import Scorer, ScorerConfig, at_least_float32, masked_softmax, param_or_buffer
 from ssa_repro.scorers.registry import SCORERS
 
@@ -123,7 +124,7 @@ class SSA(Scorer):
     def __init__(self, cfg, n_head: int):
         super().__init__(cfg, n_head)
         size = n_head if cfg.per_head else 1
-        self.param = getattr(cfg.param, "value", cfg.param)
+        self.param = value_of(cfg.param)
         b0, n0 = float(cfg.b_init), float(cfg.n_init)
         if self.param == "constrained":
             beta, nu = math.log(b0), inverse_softplus(n0 - 1.0)
@@ -139,7 +140,7 @@ class SSA(Scorer):
         out = []
         if not cfg.b_init > 0:
             out.append(f"scorer.b_init={cfg.b_init} must be > 0")
-        param = getattr(cfg.param, "value", cfg.param)
+        param = value_of(cfg.param)
         if param != "constrained":
             if not cfg.n_init > 0:
                 out.append(f"scorer.n_init={cfg.n_init} must be > 0")

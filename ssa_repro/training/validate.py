@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ssa_repro.core import distributions as D
+from ssa_repro.core.enums import value_of
 from ssa_repro.models import MODELS
 from ssa_repro.scorers import SCORERS
 from ssa_repro.scorers.base import Scorer
@@ -174,16 +175,18 @@ def problems(cfg: DictConfig) -> list[str]:
     scorer_cls = SCORERS.get(cfg.scorer.name)
     out += scorer_cls.check_config(cfg.scorer, cfg.model.n_head)
     if scorer_cls.causal_only and not m.get("causal", True):
+        allowed = [n for n in SCORERS.names() if not SCORERS.get(n).causal_only]
         out.append(
             f"scorer={cfg.scorer.name} is causal only (its weights depend on the keys between key and "
-            f"query), but model.causal=false (model={m.name}); use a causal model or another scorer"
+            f"query), but model.causal=false (model={m.name}); use a causal model, or a scorer that allows "
+            f"a bidirectional one: {', '.join(allowed)}"
         )
     if scorer_cls.splits_head_dim and m.n_head >= 1 and (m.n_embd // m.n_head) % 2:
         out.append(
             f"scorer={cfg.scorer.name} splits each head in two halves, so the head width "
             f"model.n_embd / model.n_head = {m.n_embd // m.n_head} must be even; change model.n_embd or model.n_head"
         )
-    if getattr(m.attn_impl, "value", m.attn_impl) == "flex":
+    if value_of(m.attn_impl) == "flex":
         with_mod = [n for n in SCORERS.names() if _has_score_mod(n)]
         if cfg.scorer.name not in with_mod:
             out.append(
@@ -196,7 +199,7 @@ def problems(cfg: DictConfig) -> list[str]:
                 "use model.attn_impl=auto on CPU"
             )
 
-    if tr.weight_decay > 0 and getattr(tr.optimizer, "value", tr.optimizer) == "adam":
+    if tr.weight_decay > 0 and value_of(tr.optimizer) == "adam":
         out.append(
             f"train.weight_decay={tr.weight_decay} needs train.optimizer=adamw (adam has no decoupled decay)"
         )
@@ -216,7 +219,7 @@ def problems(cfg: DictConfig) -> list[str]:
 
     out += task.check(cfg)
 
-    if getattr(cfg.device, "value", cfg.device) == "cuda" and not torch.cuda.is_available():
+    if value_of(cfg.device) == "cuda" and not torch.cuda.is_available():
         out.append("device=cuda but no CUDA device is available; use device=auto or device=cpu")
     return out
 
@@ -226,7 +229,7 @@ def _has_score_mod(name: str) -> bool:
 
 
 def _device_type(device) -> str:
-    name = getattr(device, "value", device)
+    name = value_of(device)
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return name
