@@ -20,6 +20,7 @@ from ssa_repro.cli.train_app import run_job
 from ssa_repro.evaluation.store import stored
 from ssa_repro.reports import compare, figures, tables
 from ssa_repro.reports.difference import difference, resolve_baseline
+from ssa_repro.reports.runs import ReportError
 from tests.conftest import ROOT, TINY, make_cfg
 
 matplotlib.use("Agg")
@@ -167,11 +168,11 @@ def test_grids_that_differ_are_compared_on_the_cells_they_share(runs, tmp_path):
 
 
 def test_errors_before_any_work(runs, tmp_path):
-    with pytest.raises(compare.CompareError, match="neither a run folder .* nor a sweep folder"):
+    with pytest.raises(ReportError, match="neither a run folder .* nor a sweep folder"):
         compare.collect([runs["softmax"], tmp_path])
-    with pytest.raises(compare.CompareError, match="lies inside the run folder"):
+    with pytest.raises(ReportError, match="lies inside the run folder"):
         compare.collect([runs["softmax"], runs["ssa"] / "eval"])
-    with pytest.raises(compare.CompareError, match="does not exist"):
+    with pytest.raises(ReportError, match="does not exist"):
         compare.collect([runs["softmax"], tmp_path / "nope"])
     other = tmp_path / "every"
     shutil.copytree(runs["ssa"], other, ignore=shutil.ignore_patterns("checkpoints"))
@@ -179,17 +180,17 @@ def test_errors_before_any_work(runs, tmp_path):
     cfg["task"]["name"] = "every"
     (other / "config.yaml").write_text(yaml.safe_dump(cfg))
     with pytest.raises(
-        compare.CompareError, match=r"different tasks cannot be compared:\n  - linear: .*\n  - every: "
+        ReportError, match=r"different tasks cannot be compared:\n  - linear: .*\n  - every: "
     ):
         compare.collect([runs["softmax"], other])
-    with pytest.raises(compare.CompareError, match="no evaluation protocol matching 'deviant'"):
+    with pytest.raises(ReportError, match="no evaluation protocol matching 'deviant'"):
         compare.collect([runs["softmax"], runs["ssa"]], eval="deviant")
-    with pytest.raises(compare.CompareError, match="metric 'token_error' is not in"):
+    with pytest.raises(ReportError, match="metric 'token_error' is not in"):
         compare.collect([runs["softmax"], runs["ssa"]], metric="token_error")
     comp = compare.collect([runs["softmax"], runs["ssa"]])
-    with pytest.raises(compare.CompareError, match="matches no run or group"):
+    with pytest.raises(ReportError, match="matches no run or group"):
         resolve_baseline(comp, "cosformer")
-    with pytest.raises(compare.CompareError, match="never write into a run"):
+    with pytest.raises(ReportError, match="never write into a run"):
         compare.write(comp, runs["ssa"] / "compare")
 
 

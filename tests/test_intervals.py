@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 import pytest
-from scipy import optimize, stats
+from scipy import stats
 
-from ssa_repro.evaluation.intervals import clopper_pearson, log_scale, seed_interval, summarize, wilson
+from ssa_repro.evaluation.intervals import log_scale, seed_interval, summarize, wilson
 
 Z = stats.norm.ppf(0.975)
 
@@ -31,17 +31,6 @@ def test_wilson_is_the_score_interval(k, n):
         min(want[1], 1.0), abs=1e-12
     )
     assert 0.0 <= lo <= k / n <= hi <= 1.0
-
-
-@pytest.mark.parametrize(("k", "n"), [(0, 20), (3, 20), (20, 20), (50, 200)])
-def test_clopper_pearson_solves_the_exact_binomial_tails(k, n):
-    """The exact interval: P(X >= k | lo) = 2.5% and P(X <= k | hi) = 2.5%, solved here with brentq."""
-    lo, hi = clopper_pearson(k, n)
-    want_lo = (
-        0.0 if k == 0 else optimize.brentq(lambda p: stats.binom.sf(k - 1, n, p) - 0.025, 1e-12, 1 - 1e-12)
-    )
-    want_hi = 1.0 if k == n else optimize.brentq(lambda p: stats.binom.cdf(k, n, p) - 0.025, 1e-12, 1 - 1e-12)
-    assert lo == pytest.approx(want_lo, abs=1e-9) and hi == pytest.approx(want_hi, abs=1e-9)
 
 
 def test_rates_never_leave_zero_one():

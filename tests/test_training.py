@@ -20,6 +20,7 @@ from ssa_repro.training import checkpoint
 from ssa_repro.training.checkpoint import CheckpointError
 from ssa_repro.training.checkpointer import TrainingDiverged
 from ssa_repro.training.metrics_log import read_metrics
+from ssa_repro.training.run_state import config_mismatches
 from ssa_repro.training.trainer import train
 from ssa_repro.training.validate import ConfigError
 from tests.conftest import CONF, ROOT, TINY, make_cfg
@@ -230,6 +231,15 @@ def test_resume_refuses_a_different_config(tmp_path):
     with pytest.raises(ConfigError, match="train.resume=false"):
         train(make_cfg("train.resume=false"), tmp_path)
     assert (tmp_path / "config.yaml").read_text() == before
+
+
+def test_a_retired_key_in_an_old_checkpoint_does_not_block_resuming():
+    """task.lowercase_zorro was never read and left the schema; checkpoints written before still hold it."""
+    saved = {"task": {"name": "mlm", "mask_prob": 0.15, "lowercase_zorro": True}}
+    assert config_mismatches(saved, {"task": {"name": "mlm", "mask_prob": 0.15}}) == []
+    assert config_mismatches(saved, {"task": {"name": "mlm", "mask_prob": 0.2}}) == [
+        "task.mask_prob: checkpoint has 0.15, config has 0.2"
+    ]
 
 
 def test_unreadable_checkpoints_give_clear_errors(tmp_path):

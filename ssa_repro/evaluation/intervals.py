@@ -40,14 +40,6 @@ def wilson(successes: float, n: int, level: float = 0.95) -> tuple[float, float]
     return lo, hi
 
 
-def clopper_pearson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """The exact (Clopper–Pearson) interval of a binomial proportion."""
-    if n <= 0:
-        return math.nan, math.nan
-    lo, hi = proportion_confint(successes, n, alpha=1 - level, method="beta")
-    return float(lo), float(hi)
-
-
 def log_scale(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """mean · exp(±z · se / mean): a delta-method interval for log(mean) of positive values."""
     v = np.asarray(values, dtype=float)

@@ -45,7 +45,6 @@ from ssa_repro.tasks import TASKS
 
 SHORT = {"sigma_x": "σ", "sigma_f": "σ_F", "length": "n", "M": "M", "k": "k"}
 SEED_KEYS = {"seed"}
-CompareError = ReportError  # the name the scripts and notebooks know
 
 
 @dataclass

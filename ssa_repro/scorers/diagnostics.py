@@ -1,9 +1,8 @@
 """Diagnostics for attention scorers: how peaked they are (saturation) and how much they cost.
 
     saturation(scorer, n_keys, gap)     weight on one key whose logit beats the other n_keys − 1 by gap
-    step_cost(scorer, ...)              median seconds of forward + backward of scorer.attend
-    sdpa_step_cost(...)                 the same for plain F.scaled_dot_product_attention (the baseline)
-    step_costs({label: scorer | None})  several variants, timed interleaved (None = the SDPA baseline)
+    step_costs({label: scorer | None})  median seconds of forward + backward of each variant's attention,
+                                        timed interleaved (None = plain F.scaled_dot_product_attention)
 
 Scorers with learnable parameters (SSA's b and n, SSMax's s, τ, α) are measured at their initial
 values (``ssa_repro.config.load_scorer`` builds one from its YAML option). ``scripts/scorer_report.py`` writes these as tables and compares them with the independent
@@ -126,16 +125,3 @@ def step_costs(
             fn = v
         steps[name] = make_step(fn, B, H, T, d, seed, module=v if isinstance(v, Scorer) else None)
     return {name: statistics.median(ts) for name, ts in time_steps(steps, reps).items()}
-
-
-def step_cost(
-    scorer: Scorer, B: int = 64, H: int = 8, T: int = 80, d: int = 32, reps: int = 10, seed: int = 0
-) -> float:
-    """Median seconds of forward + backward of ``scorer.attend(q, k, v, causal_mask, is_causal=True)``
-    on q, k, v [B, H, T, d]. To compare variants, use :func:`step_costs` (interleaved timing)."""
-    return step_costs({"scorer": scorer}, B, H, T, d, reps, seed)["scorer"]
-
-
-def sdpa_step_cost(B: int = 64, H: int = 8, T: int = 80, d: int = 32, reps: int = 10, seed: int = 0) -> float:
-    """Median seconds of forward + backward of F.scaled_dot_product_attention(q, k, v, is_causal=True)."""
-    return step_costs({"sdpa": None}, B, H, T, d, reps, seed)["sdpa"]

@@ -66,7 +66,6 @@ class MLMTaskConfig:
     zorro_dir: str = "zorro"  # under data.root
     quick_zorro_pairs: int = 100  # pairs per paradigm in the end-of-run evaluation (0: skip Zorro)
     quick_heldout: int = 1000  # held-out utterances in the end-of-run masked-LM loss
-    lowercase_zorro: bool = True  # the corpus is lower-case; Zorro title-cases proper nouns
 
 
 @dataclass
