@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -74,6 +74,9 @@ class ModelConfig:
     n_in: int = II("oc.select:task.n_dims,1")
     causal: bool = True  # false: a bidirectional encoder (masked LM)
     post_ln: bool = False  # LayerNorm after each residual add (BERT/RoBERTa) instead of before (GPT-2)
+    # a LayerNorm on the embeddings before the first block; null: as post_ln (BERT has one, GPT-2 not)
+    emb_ln: Optional[bool] = None
+    final_ln: bool = True  # pre-LN only: the LayerNorm before the read-out (false: none, ablation)
     attn_impl: AttnImpl = AttnImpl.auto  # eager: the plain path, same numbers (tested)
 
 

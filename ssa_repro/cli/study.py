@@ -51,7 +51,8 @@ class Job:
 
 
 def load(name: str, conf_dir: Path = CONF_DIR) -> DictConfig:
-    """``conf/study/<name>.yaml``, merged over the study it names in ``defaults`` (lists replaced)."""
+    """``conf/study/<name>.yaml``, merged over the study it names in ``defaults`` (lists replaced; a
+    study that lists ``groups`` replaces its parent's groups rather than adding to them)."""
     path = Path(conf_dir) / "study" / f"{name}.yaml"
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
@@ -59,7 +60,10 @@ def load(name: str, conf_dir: Path = CONF_DIR) -> DictConfig:
     cfg = OmegaConf.load(path)
     parents = [d for d in cfg.pop("defaults", []) if d != "_self_"]
     for parent in parents:
-        cfg = OmegaConf.merge(load(parent, conf_dir), cfg)
+        merged = OmegaConf.merge(load(parent, conf_dir), cfg)
+        if "groups" in cfg:
+            merged.groups = cfg.groups
+        cfg = merged
     return cfg
 
 
@@ -69,7 +73,7 @@ def jobs(study: DictConfig, extra: tuple[str, ...] = ()) -> list[Job]:
     out = []
     for group, g in study.groups.items():
         for task, scorer, arch, sigma, seed in itertools.product(
-            g.tasks, g.scorers, g.archs, g.train_sigma, study.seeds
+            g.tasks, g.scorers, g.archs, g.train_sigma, g.get("seeds", study.seeds)
         ):
             task_ov = list(study.tasks[task])
             sigma_ov = [f"task.x_dist.std={float(sigma)}"] if float(sigma) != 1.0 else []

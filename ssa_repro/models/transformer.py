@@ -9,6 +9,10 @@ output projection (tied weights): tokens [B, T] long -> logits [B, T, V].
 
 ``model.causal=false`` makes it a bidirectional encoder (masked LM); ``model.post_ln=true`` puts each
 LayerNorm after the residual add (BERT/RoBERTa) instead of before it (GPT-2), with no final LayerNorm.
+``model.emb_ln`` puts a LayerNorm on the embeddings before the first block (default: as ``post_ln``, as
+BERT does and GPT-2 does not), so LayerNorm placement and the embedding LayerNorm can be varied apart
+(the 2 × 2 of the ICL study); ``model.final_ln=false`` drops a pre-LN model's final LayerNorm (without it
+nothing bounds the read-out's input, which separates the architecture's bound from attention's).
 
 Model kinds (``model=``): ``gpt2`` (attention + MLP blocks), ``attn_only`` (no MLP), ``ff_only`` (no
 attention: each position is processed alone, so no in-context learning is possible; the paper's
@@ -101,6 +105,11 @@ class Transformer(nn.Module):
         # pre-LN: the final LayerNorm; post-LN: blocks end normalised, so it normalises the embeddings (BERT)
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.post_ln = cfg.get("post_ln", False)
+        emb_ln = cfg.get("emb_ln", None)
+        self.emb_ln = self.post_ln if emb_ln is None else bool(emb_ln)
+        self.final_ln = cfg.get("final_ln", True) and not self.post_ln
+        if self.emb_ln and not self.post_ln:  # post-LN uses ln_f here (its blocks end normalised)
+            self.ln_e = nn.LayerNorm(cfg.n_embd)  # deterministic init: consumes no random numbers
         if not self.vocab_size:
             self.read_out = nn.Linear(cfg.n_embd, 1)
         self.apply(self._init_weights)
@@ -125,14 +134,14 @@ class Transformer(nn.Module):
         if t > self.max_positions:
             raise ValueError(f"prompt of {t} tokens exceeds model.max_positions={self.max_positions}")
         x = (self.wte(tokens) if self.vocab_size else self.read_in(tokens)) + self.wpe.weight[:t]  # [B, T, C]
-        if self.post_ln:
-            x = self.ln_f(x)
+        if self.emb_ln:
+            x = self.ln_f(x) if self.post_ln else self.ln_e(x)
         maps = []
         for block in self.blocks:
             x, w = block(x, need_weights)
             if w is not None:
                 maps.append(w)
-        if not self.post_ln:
+        if self.final_ln:
             x = self.ln_f(x)
         return x, maps
 
