@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -75,7 +75,7 @@ class ModelConfig:
     causal: bool = True  # false: a bidirectional encoder (masked LM)
     post_ln: bool = False  # LayerNorm after each residual add (BERT/RoBERTa) instead of before (GPT-2)
     # a LayerNorm on the embeddings before the first block; null: as post_ln (BERT has one, GPT-2 not)
-    emb_ln: Optional[bool] = None
+    emb_ln: bool | None = None
     final_ln: bool = True  # pre-LN only: the LayerNorm before the read-out (false: none, ablation)
     attn_impl: AttnImpl = AttnImpl.auto  # eager: the plain path, same numbers (tested)
 
