@@ -52,11 +52,16 @@ MARGINS: dict[str, float] = {
     "sequence_error": 0.05,
     "token_error": 0.02,
     "error_at_inserted": 0.05,
+    "error_after_inserted": 0.02,
+    "error_elsewhere": 0.02,
     "follows_largest": 0.05,
     "attention_on_inserted": 0.05,
     "attention_on_inserted_max_head": 0.05,
     "mse": math.log(1.1),
     "mse_last": math.log(1.1),
+    "mse_untouched": math.log(1.1),
+    "mse_inserted": math.log(1.1),
+    "mse_after_inserted": math.log(1.1),
 }
 """Equivalence margins m per metric, on the metric's contrast scale (:data:`METRIC_SCALES`): a difference
 inside ±m is too small to matter for the paper's claims, so an interval inside [−m, m] says "not
@@ -67,14 +72,20 @@ detected (within ±m)" rather than "underpowered".
   paper's effects are failures (0.3–0.9), an order of magnitude larger.
 - ``token_error`` ±0.02: token error averages over the 18–77 scored positions of a prompt, so the same
   failure moves it less than sequence error; 0.02 is about one wrong token per prompt at L = 40–80.
-- ``error_at_inserted``, ``follows_largest`` ±0.05: rates on the deviant prompts, as sequence error.
+- ``error_at_inserted``, ``follows_largest`` ±0.05: rates on the deviant prompts, as sequence error
+  (the sign error at the 1–2 inserted positions is one decision per insertion, like a sequence's).
+- ``error_after_inserted``, ``error_elsewhere`` ±0.02: shares of wrong tokens over many positions, as
+  token error.
 - ``attention_on_inserted`` (and ``_max_head``) ±0.05: about one uniform token's share (0.036–0.071 on
   the study's prompts), against a collapse threshold of 0.5.
-- ``mse``, ``mse_last`` ±log(1.1) on the log scale: an MSE ratio within ±10%. The paper claims SSA
+- ``mse``, ``mse_last`` and the deviant ``mse_untouched``, ``mse_inserted``, ``mse_after_inserted``
+  ±log(1.1) on the log scale: an MSE ratio within ±10%. The paper claims SSA
   improves out-of-distribution MSE "substantially"; a ratio inside 1/1.1–1.1 rules that out.
 """
 
-METRIC_SCALES: dict[str, str] = {"mse": "log", "mse_last": "log"}
+Margin = MARGINS  # the name the issue's brief gave the table
+
+METRIC_SCALES: dict[str, str] = {m: "log" for m in MARGINS if m.startswith("mse")}
 """The contrast scale per metric (the rest: ``identity``): squared errors vary multiplicatively."""
 
 
