@@ -20,7 +20,7 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from ssa_repro.core.atomic import write_text
-from ssa_repro.reports.runs import JOBS_FILE
+from ssa_repro.core.rundir import JOBS
 from ssa_repro.resolvers import MAX_DIR, SWEEP_KEYS_ENV, eval_sweep_dir, job_dir  # noqa: F401
 
 
@@ -43,6 +43,6 @@ def sweep_jobs(config, loader=None) -> list[list[str]]:
 
 def write_jobs(sweep_dir: str | Path, jobs: list[list[str]]) -> Path:
     """``<sweep dir>/jobs.yaml``: every job's overrides (atomic; the same sweep writes the same list)."""
-    path = Path(sweep_dir) / JOBS_FILE
+    path = Path(sweep_dir) / JOBS
     write_text(path, yaml.safe_dump([list(j) for j in jobs], sort_keys=False))
     return path

@@ -24,11 +24,13 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from typing import get_type_hints
 
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from ssa_repro.core.atomic import atomic_path, write_json
+from ssa_repro.core.rundir import SUMMARY
 from ssa_repro.evaluation.grid import GridConfig
 from ssa_repro.evaluation.loading import LoadedRun
 from ssa_repro.evaluation.progress import Progress
@@ -50,26 +52,26 @@ class DefaultConfig(GridConfig):
     name: str = "default"
 
 
-@dataclass
-class QuickConfig(EvalConfig):
-    """``eval=quick``: the task's end-of-run evaluation. For grid tasks the null values are the task's
-    quick grid (``Grid.quick``); set them to evaluate every run of a sweep on one fixed grid."""
-
-    name: str = "quick"
-    sigmas: list[float] | None = None
-    sigmas_f: list[float] | None = None
-    lengths: list[int] | None = None
-    n_samples: int | None = None
-    batch_size: int | None = None
-    skip_first: int = 3
-    seed: int = 1234
-    nested: bool | None = None
+QUICK_KEYS = ("sigmas", "sigmas_f", "lengths", "n_samples", "batch_size", "skip_first", "seed", "nested")
+_GRID_TYPES = get_type_hints(GridConfig)
+QuickConfig = dataclasses.make_dataclass(
+    "QuickConfig",
+    [("name", str, dataclasses.field(default="quick"))]
+    + [
+        (f.name, _GRID_TYPES[f.name], dataclasses.field(default=f.default))
+        for f in dataclasses.fields(GridConfig)
+        if f.name in QUICK_KEYS
+    ],
+    bases=(EvalConfig,),
+)
+QuickConfig.__doc__ = """``eval=quick``: the task's end-of-run evaluation. For grid tasks these keys are
+the grid's (``GridConfig``: the same types and defaults), their nulls the task's quick grid
+(``Grid.quick``); set them to evaluate every run of a sweep on one fixed grid."""
 
 
 EVALUATORS.register("default", schema=DefaultConfig)(DefaultConfig)
 EVALUATORS.register("quick", schema=QuickConfig)(QuickConfig)
 PRESETS = ("default", "quick")
-GRID_KEYS = [k for k in GridConfig.__dataclass_fields__ if k not in ("name", "force")]
 
 
 def _concrete(cfg, run_cfg, task) -> tuple[object, list[str]]:
@@ -88,16 +90,12 @@ def _concrete(cfg, run_cfg, task) -> tuple[object, list[str]]:
         target, settings = task.quick_evaluation()
     schema = EVALUATORS.schemas[target]
     given = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    if target == "grid":
-        keys = GRID_KEYS if cfg.name == "default" else list(QuickConfig.__dataclass_fields__)
-        chosen = {k: given[k] for k in keys if k in given and k not in ("name", "force")}
-        chosen = {k: v for k, v in chosen.items() if v is not None}
-        if cfg.name == "quick":
-            chosen.setdefault("preset", "quick")
-        merged = {**settings, **chosen}
+    own = {k: v for k, v in given.items() if k not in ("name", "force")}
+    if set(own) <= set(_keys(schema)):  # the preset's keys are the target's (its schema composes them)
+        merged = {**settings, **{k: v for k, v in own.items() if v is not None}}
     else:
         defaults = OmegaConf.to_container(OmegaConf.structured(DefaultConfig), enum_to_str=True)
-        changed = [k for k in given if k not in ("name", "force") and given[k] != defaults.get(k)]
+        changed = [k for k in own if given[k] != defaults.get(k)]
         if changed and cfg.name == "default":  # (quick's grid keys do not apply to corpus tasks)
             return cfg, [
                 f"eval.{', eval.'.join(changed)} belong to the grid evaluation; task {run_cfg.task.name}'s "
@@ -185,7 +183,7 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
         finally:
             run.model.train(was_training)
     seconds = time.perf_counter() - t0
-    summary_path = store.dir / "summary.json"
+    summary_path = store.dir / SUMMARY
     newest = max((p.stat().st_mtime for p in store.dir.glob("parts/*.csv")), default=0.0)
     if missing or not summary_path.exists() or summary_path.stat().st_mtime < newest:
         summary = redraw(store, ev, run.title)
@@ -199,7 +197,7 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
             "seconds": seconds,
         }
     )
-    log.info("%s: %.1f s; %s", ev.name, seconds, store.dir / "summary.json")
+    log.info("%s: %.1f s; %s", ev.name, seconds, summary_path)
     return summary
 
 
@@ -228,5 +226,5 @@ def redraw(store: Store, ev: Evaluator, title: str) -> dict:
             "heatmap": ev.heatmap(),
             **ev.summarize(latest),
         }
-        write_json(store.dir / "summary.json", summary)
+        write_json(store.dir / SUMMARY, summary)
     return summary

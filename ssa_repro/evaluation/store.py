@@ -35,6 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from ssa_repro.core.atomic import atomic_path, write_json
+from ssa_repro.core.rundir import RunDir
 
 PROTOCOL_FILE = "protocol.json"
 PARTS = "parts"
@@ -62,7 +63,7 @@ class Store:
         self.protocol = protocol
         self.coords = list(coords)
         self.id = protocol_id(protocol)
-        self.dir = self.run_dir / "eval" / name / self.id
+        self.dir = RunDir(self.run_dir).eval_dir / name / self.id
 
     # ------------------------------------------------------------------ writing
     def ensure(self) -> None:
@@ -137,7 +138,7 @@ def stored(run_dir: str | Path, name: str | None = None) -> list[Store]:
     """Every protocol stored in ``run_dir`` (of evaluation ``name``), as stores to read."""
     out = []
     pattern = f"{name}/*/{PROTOCOL_FILE}" if name else f"*/*/{PROTOCOL_FILE}"
-    for path in sorted((Path(run_dir) / "eval").glob(pattern)):
+    for path in sorted(RunDir(run_dir).eval_dir.glob(pattern)):
         info = json.loads(path.read_text())
         out.append(Store(run_dir, info["evaluation"], info["protocol"], info.get("coords", [])))
     return out
