@@ -315,3 +315,20 @@ def test_a_model_whose_attention_cannot_be_replaced_is_refused():
         H.attach(PlainModel(PlainConfig()), scorer="ssa")
     with pytest.raises(H.AttachError, match="not a transformers PreTrainedModel"):
         H.attach(nn.Linear(2, 2), scorer="ssa")
+
+
+def test_cached_decoding_equals_the_full_forward():
+    """Generation with a KV cache (one query against S keys: the mask's offset) gives the logits of the
+    full sequence, and greedy generation is the same with and without the cache."""
+    torch.manual_seed(0)
+    model = H.attach(gpt2(), scorer="ssa")
+    perturb(model)
+    ids, _ = batch("right")
+    with torch.no_grad():
+        full = model(input_ids=ids).logits
+        first = model(input_ids=ids[:, :5], use_cache=True)
+        step = model(input_ids=ids[:, 5:6], cache=first.past_key_values, use_cache=True).logits
+        torch.testing.assert_close(step[:, 0], full[:, 5], atol=1e-5, rtol=0)
+        a = model.generate(ids, max_new_tokens=4, do_sample=False)
+        b = model.generate(ids, max_new_tokens=4, do_sample=False, use_cache=False)
+    assert torch.equal(a, b)
