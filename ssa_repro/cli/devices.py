@@ -86,11 +86,11 @@ def parallel_jobs(launcher: DictConfig, n_cores: int) -> int | None:
 
     joblib: ``n_jobs`` (-1: one per core; -k: cores + 1 − k, as joblib counts). Ray: cores over each
     task's ``ray.remote.num_cpus`` (Ray's default: 1 CPU per task)."""
-    target = str(launcher.get("_target_", "")).lower()
-    if "joblib" in target:
+    cls = str(launcher.get("_target_", "")).rsplit(".", 1)[-1].lower()  # JoblibLauncher, RayLauncher, …
+    if cls.startswith("joblib"):
         n = int(launcher.get("n_jobs") or 1)
         return n if n > 0 else max(1, n_cores + 1 + n)
-    if "ray" in target:
+    if cls.startswith("ray"):
         remote = (launcher.get("ray") or {}).get("remote") or {}
         return max(1, n_cores // int(remote.get("num_cpus") or 1))
     return None

@@ -125,7 +125,7 @@ def attach(model: PreTrainedModel, scorer: str = "ssa", **scorer_keys) -> PreTra
         layer = m.layer_idx if isinstance(getattr(m, "layer_idx", None), int) else i
         device = next((p.device for p in m.parameters()), None)
         setattr(m, SCORER_ATTR, build_scorer(cfg, head_count(m), layer=layer).to(device))
-    model.config.__setattr__(CONFIG_KEY, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+    setattr(model.config, CONFIG_KEY, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
     model.set_attn_implementation(ATTN_NAME)
     return model
 
