@@ -12,6 +12,7 @@ import textwrap
 from itertools import combinations
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -75,6 +76,20 @@ def test_claim_skips_a_gpu_another_job_holds(tmp_path):
     assert again.gpu == "5"
     for lock in (lock1, lock3, lock5):
         lock.release()
+
+
+def test_job_device_applies_and_restores(tmp_path, monkeypatch):
+    monkeypatch.setenv("SSA_DEVICE_LOCKS", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("SSA_JOB_GPU", raising=False)
+    before = torch.get_num_threads()
+    with dv.job_device(1, 2, "auto", visible=["3", "5"], n_cores=6) as p:
+        assert (p.gpu, os.environ["SSA_JOB_GPU"], os.environ["OMP_NUM_THREADS"]) == ("5", "5", "3")
+        assert torch.get_num_threads() == 3
+        with dv.job_device(1, 2, "auto", visible=["3", "5"], n_cores=6) as q:  # 5 is held: next free
+            assert q.gpu == "3"
+    assert os.environ["OMP_NUM_THREADS"] == "1" and "SSA_JOB_GPU" not in os.environ
+    assert torch.get_num_threads() == before
 
 
 APP = """

@@ -133,14 +133,24 @@ def job_device(
     visible: list[str] | None = None,
     n_cores: int | None = None,
 ) -> Iterator[Placement]:
-    """:func:`placement`, :func:`claim` and :func:`apply` for one job; its GPU lock is held inside."""
+    """:func:`placement`, :func:`claim` and :func:`apply` for one job; its GPU lock is held inside. On
+    leaving, the process's environment and torch threads are as before (a job run in the calling
+    process, joblib's ``n_jobs=1``, leaves nothing behind)."""
     visible = visible_gpus() if visible is None else visible
     p = placement(job_index, n_parallel, visible, n_cores or cores(), device)
     p, lock = claim(p, visible, lock_dir())
+    saved_env = {k: os.environ.get(k) for k in p.env()}
+    saved_threads = torch.get_num_threads()
     apply(p)
     try:
         yield p
     finally:
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        torch.set_num_threads(saved_threads)
         if lock is not None:
             lock.release()
 
