@@ -104,6 +104,8 @@ def attach(model: PreTrainedModel, scorer: str = "ssa", **scorer_keys) -> PreTra
             "interface (GPT-2, Llama, BERT, RoBERTa, … in transformers >= 5) can"
         )
     problems: list[str] = []
+    if not model._can_set_attn_implementation():  # transformers' own test before switching
+        problems.append(f"{type(model).__name__} does not allow setting its attention implementation")
     for name, m in modules:
         n_head = head_count(m)
         problems += [f"{name}: {p}" for p in cls.check_config(cfg, n_head)]
