@@ -4,17 +4,17 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast lint bench report clean
+.PHONY: help install demo test test-fast lint bench gpu-check report clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,lm,garg]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,lm,garg,hf]'
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv: the package with dev tools and the lm and garg extras (constraints.txt)
+install: $(STAMP)  ## create .venv: the package with dev tools and the lm, garg and hf extras (constraints.txt)
 
 demo: $(STAMP)  ## train the default small model on CPU (a few minutes) and write its heat map
 	$(PY) train.py device=cpu
@@ -31,6 +31,9 @@ lint: $(STAMP)  ## ruff
 bench: $(STAMP)  ## speed table: ours vs HF GPT2Model, softmax vs SSA, % of matmul peak (scripts/bench.py)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
 	$(PY) scripts/bench.py
+
+gpu-check: $(STAMP)  ## on a CUDA machine: CUDA tests, bench --device cuda, a short paper-size run -> docs/results/gpu_check_<date>.md (skips without a GPU)
+	$(PY) scripts/gpu_check.py
 
 report: $(STAMP)  ## the scorer report: saturation table, base functions, cost (outputs/scorer_report/)
 	$(PY) scripts/scorer_report.py

@@ -1,6 +1,6 @@
 """The package imports in one direction only, without cycles and without imports hidden in functions:
 
-    core → scorers, data → models → tasks → training, evaluation → reports → config, resolvers
+    core → scorers, data → models → tasks, hf → training, evaluation → reports → config, resolvers
          → entry points (cli, launch)
 
 A module may import its own layer or a lower one; siblings of one layer (scorers and data, training and
@@ -26,6 +26,7 @@ LAYERS = {
     "data": 1,
     "models": 2,
     "tasks": 3,
+    "hf": 3,  # scorers inside transformers models (the hf extra): scorers, models below it
     "training": 4,
     "evaluation": 4,
     "reports": 5,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from hydra import compose, initialize_config_dir
 from joblib import Parallel, delayed
 from omegaconf import DictConfig, OmegaConf
 
+from ssa_repro.cli.devices import job_device
 from ssa_repro.cli.train_app import run_job
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core.atomic import write_text
@@ -104,12 +104,17 @@ def evaluations(study: DictConfig, task_name: str) -> dict[str, DictConfig]:
     return out
 
 
-def run_one(job: Job, study: DictConfig, root: Path, threads: int) -> list[dict]:
-    """Train (or skip) one job, then its evaluations; rows of the index (one per evaluation)."""
-    torch.set_num_threads(threads)
+def run_one(job: Job, study: DictConfig, root: Path, index: int, n_jobs: int) -> list[dict]:
+    """Train (or skip) job number ``index`` of ``n_jobs`` at once, then its evaluations; rows of the
+    index (one per evaluation). The job takes its own GPU and its share of the cores (cli/devices.py)."""
     run_dir = root / "runs" / job.group / job.name
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=list(job.overrides))
+    with job_device(index, n_jobs, cfg.device):
+        return _train_and_evaluate(job, study, cfg, run_dir)
+
+
+def _train_and_evaluate(job: Job, study: DictConfig, cfg: DictConfig, run_dir: Path) -> list[dict]:
     t0 = time.perf_counter()
     summary = run_job(cfg, run_dir)
     trained = time.perf_counter() - t0
@@ -139,11 +144,10 @@ def run(name: str, root: Path | None = None, n_jobs: int = 2, extra: tuple[str, 
     root = Path(root or Path("outputs") / "study" / study.name)
     root.mkdir(parents=True, exist_ok=True)
     todo = jobs(study, tuple(extra))
-    threads = max(1, (os.cpu_count() or 1) // max(1, n_jobs))
     log.info("study %s: %d jobs in %s, %d at a time", study.name, len(todo), root, n_jobs)
     t0 = time.perf_counter()
     results = Parallel(n_jobs=n_jobs, backend="loky", verbose=10)(
-        delayed(run_one)(job, study, root, threads) for job in todo
+        delayed(run_one)(job, study, root, i, n_jobs) for i, job in enumerate(todo)
     )
     index = pd.DataFrame([r for rows in results for r in rows])
     write_text(root / "index.csv", index.to_csv(index=False))
