@@ -12,12 +12,15 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from ssa_repro.evaluation import deviant as D
 from ssa_repro.evaluation.grid import GridConfig, GridEvaluation, region, training_length
-from ssa_repro.evaluation.runner import check
+from ssa_repro.evaluation.loading import load_run
+from ssa_repro.evaluation.runner import check, evaluate
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.models import build_model
 from ssa_repro.tasks import baselines as BL
 from ssa_repro.tasks import build_task
+from ssa_repro.training.trainer import train
 from tests.conftest import make_cfg
 
 CPU = torch.device("cpu")
@@ -193,3 +196,103 @@ def test_linear_mse_per_sigma_f_with_zero_and_least_squares():
         mine = cell[cell.predictor == "model"]["value"].item()
         assert mine == pytest.approx(np.mean((pred[:, 3:] - y[:, 3:]) ** 2), rel=1e-4)
         assert (cell.region == ("in_distribution" if sf == 1.0 else "sigma_shift")).all()
+
+
+# ----------------------------------------------------------------------------- deviant
+def _deviant_batch(task, sign, seed=3, bsz=12, n=10, k=2, m=40.0):
+    g = torch.Generator().manual_seed(seed)
+    clean = task.sample(bsz, n, g, "cpu")
+    positions, values = D.draw_insertions(g, bsz, n, k, m, sign)
+    return D.insert(task, clean, positions, values), positions, values
+
+
+def _numpy_detail(model, task, dev, positions, skip_first):
+    """Errors apart and every layer's and head's share on inserted keys, by loops in float64."""
+    with torch.no_grad():
+        out, maps = model(dev.tokens, need_weights=True)
+    out = out.double().numpy()
+    maps = [w.double().numpy() for w in maps]
+    s, (bsz, n) = task.stride(), dev.xs.shape
+    labels = dev.ys.double().numpy()
+    want: dict = {"error_elsewhere": [], "error_after_inserted": []}
+    for i in range(bsz):
+        ins = set(positions[i].tolist())
+        first = min(ins)
+        wrong = [(out[i, j * s] > 0) != (labels[i, j] > 0) for j in range(n)]
+        rest = [wrong[j] for j in range(skip_first, n) if j not in ins]
+        after = [wrong[j] for j in range(first + 1, n) if j not in ins]
+        want["error_elsewhere"].append(np.mean(rest) if rest else np.nan)
+        want["error_after_inserted"].append(np.mean(after) if after else np.nan)
+        for layer, w in enumerate(maps, start=1):
+            heads = w.shape[1]
+            per = {h: [] for h in range(heads)}
+            for e in range(first + 1, n):
+                q = e * s
+                for h in range(heads):
+                    per[h].append(sum(w[i, h, q, j * s] for j in ins if j * s <= q))
+            for h in range(heads):
+                want.setdefault((layer, str(h)), []).append(np.mean(per[h]) if per[h] else np.nan)
+            rows = np.array([per[h] for h in range(heads)]) if per[0] else np.full((heads, 1), np.nan)
+            want.setdefault((layer, "mean"), []).append(rows.mean(0).mean())
+            want.setdefault((layer, "max"), []).append(rows.max(0).mean())
+    return want
+
+
+@pytest.mark.parametrize("extra", [["task.labels_in_context=false"], ["task.labels_in_context=true"]])
+def test_deviant_detail_against_loops(extra):
+    cfg, model, task = model_for("task=every", *extra, scale=30.0)
+    with torch.no_grad():  # attention far from uniform
+        for block in model.blocks:
+            c = block.attn.qkv.weight.shape[1]
+            block.attn.qkv.weight[: 2 * c] *= 8.0
+    dev, positions, values = _deviant_batch(task, "positive")
+    res = D.deviant_cell(model, task, dev, positions, values, skip_first=2, detail=True)
+    want = _numpy_detail(model, task, dev, positions, 2)
+    for key in ("error_elsewhere", "error_after_inserted"):
+        np.testing.assert_allclose(res[key].numpy(), want[key], rtol=1e-12, equal_nan=True)
+    for layer in (1, 2):
+        for head in ("mean", "max", "0", "1"):
+            got = res[("attention", layer, head, "attention_on_inserted")].numpy()
+            np.testing.assert_allclose(got, want[(layer, head)], rtol=1e-5, atol=1e-7, equal_nan=True)
+    # the last layer's entries are today's metrics
+    np.testing.assert_allclose(
+        res[("attention", 2, "mean", "attention_on_inserted")].numpy(), res["attention_on_inserted"].numpy()
+    )
+    assert not np.allclose(want[(1, "0")], want[(1, "1")], equal_nan=True)  # heads differ: a real test
+    plain = D.deviant_cell(model, task, dev, positions, values, skip_first=2)
+    assert "error_elsewhere" not in plain and not any(isinstance(k, tuple) for k in plain)
+
+
+@pytest.mark.parametrize("name", ["every", "some"])
+def test_the_control_sign_makes_following_right_and_the_adverse_sign_wrong(name):
+    """Under the control sign the true labels follow the inserted value's label exactly (rate 1), under
+    the adverse sign they do not: only the adverse sign can tell following from solving the task."""
+    cfg, model, task = model_for(f"task={name}", "task.labels_in_context=false")
+    adverse = D.adverse_sign(task)
+    assert adverse == {"every": "positive", "some": "negative"}[name]
+    control = "negative" if adverse == "positive" else "positive"
+    kw = dict(length=12, n_samples=2, batch_size=32, skip_first=3, seed=5, device=CPU)
+    rate = {}
+    for sign in (adverse, control):
+        tables = D.deviant_tables(model, task, {"M": 50.0, "k": 1}, sign=sign, detail=True, **kw)
+        res = pd.DataFrame(tables["results"])
+        rate[sign] = res[(res.predictor == "labels") & (res.metric == "follows_largest")]["value"].item()
+        attn = pd.DataFrame(tables["attention"])
+        assert set(attn.layer) == {1, 2} and {"mean", "max", "0", "1", "uniform"} == set(attn["head"])
+    assert rate[control] == 1.0 and rate[adverse] < 0.9, rate
+    assert D.adverse_sign(build_task(make_cfg("task=linear").task)) is None
+
+
+def test_deviant_detail_through_the_runner(tmp_path):
+    """The evaluator stores the attention table and draws its figures; summary names the sign's role."""
+    cfg = make_cfg("task=some", "task.labels_in_context=false", "train.steps=2", "evaluation.enabled=false")
+    train(cfg, tmp_path / "run")
+    run = load_run(tmp_path / "run", CPU)
+    dcfg = D.DeviantConfig(
+        magnitudes=[5.0, 50.0], counts=[1], n_samples=1, batch_size=8, sign="negative", detail=True
+    )
+    summary = evaluate(run, dcfg)
+    assert summary["following_is"] == "wrong" and summary["adverse_sign"] == "negative"
+    assert set(summary["attention_by_layer"]) == {"layer=1"}
+    assert (tmp_path / "run" / "eval" / "deviant" / summary["protocol_id"] / "attention.csv").exists()
+    assert "attention_by_layer.png" in summary["figures"] and "errors_apart.png" in summary["figures"]
