@@ -15,8 +15,7 @@ from ssa_repro.core import checkpoint
 from ssa_repro.evaluation.store import stored
 from ssa_repro.launch import command
 from ssa_repro.models import build_model
-from ssa_repro.tasks import Stage, build_task
-from ssa_repro.training import curriculum
+from ssa_repro.tasks import Stage, build_task, curriculum
 from ssa_repro.training.metrics_log import read_metrics
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
 from ssa_repro.training.setup import rank_data_seed

@@ -16,9 +16,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ssa_repro.tasks import TASKS, Stage, build_task
+from ssa_repro.tasks import TASKS, Stage, build_task, curriculum
 from ssa_repro.tasks import baselines as B
-from ssa_repro.training import curriculum
 from tests.conftest import ROOT, make_cfg
 
 GARG = [

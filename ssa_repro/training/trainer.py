@@ -36,8 +36,8 @@ from ssa_repro.core.enums import value_of
 from ssa_repro.core.rundir import RunDir, plain, resolve_device
 from ssa_repro.models import build_model, count_parameters
 from ssa_repro.scorers import SCORERS
-from ssa_repro.tasks import Stage, build_task
-from ssa_repro.training import curriculum, distributed, run_state
+from ssa_repro.tasks import Stage, build_task, curriculum
+from ssa_repro.training import distributed, run_state
 from ssa_repro.training.checkpointer import Checkpointer, LossWindow, TrainingDiverged
 from ssa_repro.training.metrics_log import MetricsLog
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr

@@ -11,7 +11,7 @@ dims(step) = min(task.n_dims, dims_start + dims_inc · ⌊step / dims_interval�
 
 from __future__ import annotations
 
-from ssa_repro.tasks import Stage
+from ssa_repro.tasks.base import Stage
 
 
 def stage(cfg, step: int) -> Stage:
