@@ -23,6 +23,7 @@ from omegaconf import II, MISSING
 from ssa_repro import resolvers  # noqa: F401  (the resolvers conf/ uses: ssa_job_dir, ssa_eval_sweep_dir)
 from ssa_repro.evaluation import EVALUATORS
 from ssa_repro.evaluation.runner import QuickConfig
+from ssa_repro.models.positions import Pos
 from ssa_repro.scorers import SCORERS, Scorer, build_scorer
 from ssa_repro.tasks import TASKS
 
@@ -78,6 +79,10 @@ class ModelConfig:
     emb_ln: bool | None = None
     final_ln: bool = True  # pre-LN only: the LayerNorm before the read-out (false: none, ablation)
     attn_impl: AttnImpl = AttnImpl.auto  # eager: the plain path, same numbers (tested)
+    # position scheme (ssa_repro/models/positions/): learned (GPT-2's table, max_positions long) | none
+    # (NoPE) | sinusoidal | rope | alibi | t5 (learned relative buckets); only learned limits the length
+    pos: Pos = Pos.learned
+    rope_base: float = 10000.0  # pos=rope: θ_i = rope_base^(−2i/D)
 
 
 # ---------------------------------------------------------------- training
