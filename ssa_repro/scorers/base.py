@@ -47,6 +47,9 @@ class Scorer(nn.Module):
     # Splits each head's q and k into two halves along the head dimension (differential attention): the
     # head width must be even.
     splits_head_dim: bool = False
+    # Parameters that act on the attention output (:meth:`output`), not on the weights: the weight
+    # tests leave them out (gated attention's gate)
+    output_params: tuple[str, ...] = ()
 
     def __init__(self, cfg, n_head: int, layer: int = 0):
         super().__init__()

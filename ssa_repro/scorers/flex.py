@@ -59,11 +59,12 @@ log = logging.getLogger("ssa_repro.evaluate")
 # (finer causal skipping) with the default model's head size 16. CUDA keeps 128, the Triton default.
 CPU_BLOCK = 64
 
-# Scorers (registered names) whose own attend is a fused kernel, kept at inference: softmax through SDPA.
+# Scorers (registered names) whose own attend is a fused kernel, kept at inference: softmax through SDPA
+# (and gated attention, softmax with an output gate).
 # On the quantifier grid FlexAttention was 1.05x faster in steady state (scripts/bench.py --eval-only),
 # but it costs two compiles per process (2-10 s), more than it saves on the short evaluation a training
 # run ends with; an empty tuple sends softmax through FlexAttention too.
-PLAIN_FIRST = ("softmax",)
+PLAIN_FIRST = ("softmax", "gated")
 
 # Graph budget for the inference compile: dynamo's default limit (8 graphs per function) is shared by
 # every score_mod in the process; past this limit dynamo raises, and the plain path takes over.

@@ -51,6 +51,9 @@ RESUME_KEYS = (
 # model.attn_impl: same numbers either way (tested); task.lowercase_zorro: a retired key (never read; the
 # end-of-run Zorro evaluation takes eval.lowercase) that checkpoints written before its removal still hold
 RESUME_FREE = ("model.attn_impl", "task.lowercase_zorro")
+# Keys added to the schema after checkpoints were written: a checkpoint without one had its default
+# (model.pos: the learned table every earlier model used; rope_base is read by pos=rope only)
+ADDED_DEFAULTS = {"model.pos": "learned", "model.rope_base": 10000.0}
 FREE_WHEN_FINISHED = ("logger", "evaluation")  # a finished run re-run with other ones is still finished
 
 
@@ -66,6 +69,8 @@ def _flatten(d, prefix: str = "") -> dict:
 def config_mismatches(saved: dict, current: dict) -> list[str]:
     """Differences in the keys that must match to resume, one line per leaf key."""
     a, b = _flatten(saved), _flatten(current)
+    if any(k.startswith("model.") for k in a):
+        a = {**ADDED_DEFAULTS, **a}
     keys = sorted(
         k
         for k in a.keys() | b.keys()
