@@ -68,7 +68,8 @@ class LogN(Scorer):
 
     def forward(self, logits, mask):
         t, s = logits.shape[-2:]
-        i = torch.arange(t, device=logits.device, dtype=torch.float32) + (s - t)  # query positions
+        dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+        i = torch.arange(t, device=logits.device, dtype=dtype) + (s - t)  # query positions
         scale = logn_scale(i, self.rule, float(self.cfg.beta), int(self.cfg.length))[:, None]  # [T, 1]
         return masked_softmax(scale.to(logits.dtype) * logits, mask)
 
