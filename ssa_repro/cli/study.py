@@ -93,12 +93,18 @@ def jobs(study: DictConfig, extra: tuple[str, ...] = ()) -> list[Job]:
 def evaluations(study: DictConfig, task_name: str) -> dict[str, DictConfig]:
     """The study's evaluations that apply to a task (by what its declaration supports and its grid)."""
     task = TASKS.get(task_name)
+    # a task's grid: grid_<task name> where the study has one (the length tasks), else the quantifier
+    # or regression grid by the task's kind
+    own = f"grid_{task_name}"
+    grid_key = (
+        own if own in study.evaluations else f"grid_{'quantifier' if task.classification else 'linear'}"
+    )
     out = {}
     for key, settings in study.evaluations.items():
         name = settings.name
         if name not in task.evaluation.supports:
             continue
-        if key.startswith("grid_") and key != f"grid_{'quantifier' if task.classification else 'linear'}":
+        if key.startswith("grid_") and key != grid_key:
             continue
         out[key] = OmegaConf.merge(OmegaConf.structured(EVALUATORS.schemas[name]), settings)
     return out
