@@ -6,12 +6,16 @@
     python scripts/bench.py --compile            # adds torch.compile variants of ours (and the break-even)
     python scripts/bench.py --bf16-rows          # adds bf16-autocast variants of ours, interleaved with fp32
     python scripts/bench.py --eval-only          # only the evaluation rows (plain vs fused; a few minutes)
+    python scripts/bench.py --sizes small --no-eval --no-hf --scorers softmax ssa logn gated \
+        --pos none sinusoidal rope alibi t5          # adds a row per scorer × position scheme (model.pos)
 
 Training step (forward + backward + Adam), batch 64, 41 examples (82 tokens), the paper's longest
 curriculum prompt. Variants run interleaved (one step of each in turn), so drifts in machine load hit
 every variant alike; medians are reported.
 
 - ``ours``: ``ssa_repro`` models (softmax through SDPA, SSA through its fused autograd node).
+- ``ours@<pos>`` (``--pos``): the same with ``model.pos=<pos>`` (ssa_repro/models/positions/); the
+  column "vs ours-<first scorer>" is then the cost relative to that scorer with learned positions.
 - ``hf``: the field's setup (Garg et al.; the SSA authors' ICL code): HuggingFace ``GPT2Model`` with the
   same linear read-in/read-out and dropout 0; its SSA registered through HF's attention-function
   interface as plain autograd ops (needs the ``bench`` extra: ``pip install -e '.[bench]'``).
@@ -34,6 +38,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from ssa_repro.models import build_model, count_parameters
+from ssa_repro.models.positions import POSITIONS
 from ssa_repro.scorers import SCORERS
 from ssa_repro.scorers.base import masked_softmax
 from ssa_repro.scorers.ssa import ssa_transform
@@ -127,13 +132,20 @@ def hf_available() -> bool:
 
 # ----------------------------------------------------------------------------- one training step
 def make_step(size, impl, scorer, device, batch, n_points, bf16=False):
-    """A closure running one training step of the variant, and its FLOPs and parameter count."""
+    """A closure running one training step of the variant, and its FLOPs and parameter count.
+    ``impl`` ``ours@<pos>``: ours with the position scheme ``model.pos=<pos>``."""
     torch.manual_seed(0)
     cfg = SIZES[size]
+    impl, _, pos = impl.partition("@")
     if impl == "hf":
         model = HFReference(cfg, scorer).to(device)
     else:
-        model_cfg = OmegaConf.create({**cfg, "attn_impl": "flex" if impl == "ours-flex" else "auto"})
+        extra = {
+            "attn_impl": "flex" if impl == "ours-flex" else "auto",
+            "pos": pos or "learned",
+            "rope_base": 1e4,
+        }
+        model_cfg = OmegaConf.create({**cfg, **extra})
         model = build_model(model_cfg, OmegaConf.structured(SCORERS.schemas[scorer]())).to(device)
     forward = torch.compile(model) if impl == "ours-compile" else model
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -181,6 +193,7 @@ def time_variants(variants: dict, reps: int, device) -> tuple[dict, dict]:
 
 def train_table(size, args, device, peak) -> None:
     names = [("ours", s) for s in args.scorers]
+    names += [(f"ours@{pos}", s) for s in args.scorers for pos in args.pos if pos != "learned"]
     if args.compile:
         names += [("ours-compile", s) for s in args.scorers]
     if args.bf16_rows and not args.bf16:
@@ -324,6 +337,9 @@ def main():
     p.add_argument("--scorers", nargs="+", default=["softmax", "ssa"])
     p.add_argument(
         "--reps", type=int, default=None, help="timed steps per variant (default: 30 small, 6 paper)"
+    )
+    p.add_argument(
+        "--pos", nargs="+", default=[], choices=POSITIONS.names(), help="also time ours with these model.pos"
     )
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--n-points", type=int, default=41)

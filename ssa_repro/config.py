@@ -96,4 +96,4 @@ def load_scorer(
     ]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
-    return build_scorer(cfg.scorer, n_head)
+    return build_scorer(cfg.scorer, n_head, n_embd=cfg.model.n_embd)

@@ -95,7 +95,10 @@ def evaluations(study: DictConfig, task_name: str) -> dict[str, DictConfig]:
     ``grid_quantifier*`` and ``grid_linear*`` by its kind; an evaluation's ``tasks``, registered task
     names, restricts it to those)."""
     task = TASKS.get(task_name)
-    kind = "grid_quantifier" if task.classification else "grid_linear"
+    # a task's grid: grid_<task name> where the study has one (the length tasks), else the keys
+    # grid_quantifier* or grid_linear* by the task's kind
+    own = f"grid_{task_name}"
+    kind = own if own in study.evaluations else ("grid_quantifier" if task.classification else "grid_linear")
     out = {}
     for key, settings in study.evaluations.items():
         name = settings.name

@@ -23,7 +23,7 @@ ones) are kept as they were written.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import get_type_hints
 
@@ -35,7 +35,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 from ssa_repro.core import checkpoint
 from ssa_repro.core.enums import value_of
 from ssa_repro.core.registry import schema_of
-from ssa_repro.core.schema import RootConfig
+from ssa_repro.core.schema import ModelConfig, RootConfig
 
 CONFIG = "config.yaml"
 PROVENANCE = "provenance.json"
@@ -229,9 +229,20 @@ def _flatten(d, prefix: str = "") -> dict:
     return out
 
 
+# model keys added to the schema after checkpoints were written, with the value every earlier model had
+ADDED_MODEL_DEFAULTS = {
+    f"model.{f.name}": value_of(f.default)
+    for f in fields(ModelConfig)
+    if f.name in ("emb_ln", "final_ln", "pos", "rope_base")
+}
+
+
 def config_mismatches(saved: dict, current: dict) -> list[str]:
-    """Differences in the keys that must match to resume (``RESUME_KEYS``), one line per leaf key."""
+    """Differences in the keys that must match to resume (``RESUME_KEYS``), one line per leaf key. A
+    model key the checkpoint lacks (added to the schema after it was written) had its schema default."""
     a, b = _flatten(saved), _flatten(current)
+    if any(k.startswith("model.") for k in a):
+        a = {**ADDED_MODEL_DEFAULTS, **a}
     keys = sorted(
         k
         for k in a.keys() | b.keys()

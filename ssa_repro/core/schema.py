@@ -31,6 +31,17 @@ class AttnImpl(str, Enum):
     flex = "flex"  # FlexAttention score_mod in a fused kernel (CUDA training; softmax and ssa)
 
 
+class Pos(str, Enum):
+    """``model.pos``: the position scheme (ssa_repro/models/positions/)."""
+
+    learned = "learned"
+    none = "none"
+    sinusoidal = "sinusoidal"
+    rope = "rope"
+    alibi = "alibi"
+    t5 = "t5"
+
+
 class Optimizer(str, Enum):
     adam = "adam"
     adamw = "adamw"
@@ -70,6 +81,10 @@ class ModelConfig:
     emb_ln: bool | None = None
     final_ln: bool = True  # pre-LN only: the LayerNorm before the read-out (false: none, ablation)
     attn_impl: AttnImpl = AttnImpl.auto  # eager: the plain path, same numbers (tested)
+    # position scheme (ssa_repro/models/positions/): learned (GPT-2's table, max_positions long) | none
+    # (NoPE) | sinusoidal | rope | alibi | t5 (learned relative buckets); only learned limits the length
+    pos: Pos = Pos.learned
+    rope_base: float = 10000.0  # pos=rope: θ_i = rope_base^(−2i/D)
 
 
 # ---------------------------------------------------------------- training

@@ -1,4 +1,7 @@
-"""GPT-2-style transformer (pre-LN blocks, learned positions, dropout 0), for numbers or for tokens.
+"""GPT-2-style transformer (pre-LN blocks, learned positions by default, dropout 0), for numbers or for tokens.
+
+``model.pos`` chooses the position scheme (ssa_repro/models/positions/): GPT-2's learned table (the
+default), none, sinusoidal, RoPE, ALiBi or T5 buckets; only the learned table bounds the prompt length.
 
 ``model.vocab_size=0`` (the ICL tasks): each token is one scalar, mapped to the width by a linear
 read-in; a linear read-out maps each output vector back to one scalar (the prediction, or a logit for
@@ -32,6 +35,7 @@ from ssa_repro.core.enums import value_of
 from ssa_repro.core.registry import Registry
 from ssa_repro.core.schema import ModelConfig
 from ssa_repro.models.attention import SelfAttention
+from ssa_repro.models.positions import LearnedPositions, build_positions
 
 MODELS: Registry = Registry("model")
 MODEL_KEYS = set(ModelConfig.__dataclass_fields__)
@@ -80,14 +84,14 @@ class Block(nn.Module):
             self.ln_2 = nn.LayerNorm(cfg.n_embd)
             self.mlp = MLP(cfg.n_embd, cfg.mlp_ratio)
 
-    def forward(self, x, need_weights: bool = False):
+    def forward(self, x, need_weights: bool = False, pos=None):
         w = None
         if self.attn is not None:
             if self.post_ln:  # x = LN(x + attn(x))
-                a, w = self.attn(x, need_weights)
+                a, w = self.attn(x, need_weights, pos)
                 x = self.ln_1(x + a)
             else:  # x = x + attn(LN(x))
-                a, w = self.attn(self.ln_1(x), need_weights)
+                a, w = self.attn(self.ln_1(x), need_weights, pos)
                 x = x + a
         if self.mlp is not None:
             x = self.ln_2(x + self.mlp(x)) if self.post_ln else x + self.mlp(self.ln_2(x))
@@ -105,7 +109,13 @@ class Transformer(nn.Module):
             self.wte = nn.Embedding(self.vocab_size, cfg.n_embd)  # also the LM head (tied)
         else:
             self.read_in = nn.Linear(cfg.n_in, cfg.n_embd)  # [B, T, n_in] -> [B, T, C]
-        self.wpe = nn.Embedding(cfg.max_positions, cfg.n_embd)
+        # model.pos (models/positions/); learned is an nn.Embedding created here, as it always was, so
+        # existing configs consume the same random numbers and keep the state-dict key wpe.weight
+        positions = build_positions(cfg)
+        if isinstance(positions, LearnedPositions):
+            self.wpe = positions
+        else:
+            self.positions = positions
         self.blocks = nn.ModuleList(Block(cfg, scorer_cfg, blocks, layer=i) for i in range(cfg.n_layer))
         # pre-LN: the final LayerNorm; post-LN: blocks end normalised, so it normalises the embeddings (BERT)
         self.ln_f = nn.LayerNorm(cfg.n_embd)
@@ -135,14 +145,19 @@ class Transformer(nn.Module):
         attention maps (empty unless need_weights). Heads applied to a few positions only (the masked
         LM) start from here."""
         t = tokens.shape[1]
-        if t > self.max_positions:
+        scheme = self.position_scheme
+        if scheme.table and t > self.max_positions:
             raise ValueError(f"prompt of {t} tokens exceeds model.max_positions={self.max_positions}")
-        x = (self.wte(tokens) if self.vocab_size else self.read_in(tokens)) + self.wpe.weight[:t]  # [B, T, C]
+        x = self.wte(tokens) if self.vocab_size else self.read_in(tokens)  # [B, T, C]
+        emb = scheme.embedding(t, x.device)
+        if emb is not None:
+            x = x + emb
+        pos = scheme.context(t, x.device)  # rotary angles / logit bias, shared by the layers
         if self.emb_ln:
             x = self.ln_f(x) if self.post_ln else self.ln_e(x)
         maps = []
         for block in self.blocks:
-            x, w = block(x, need_weights)
+            x, w = block(x, need_weights, pos)
             if w is not None:
                 maps.append(w)
         if self.final_ln:
@@ -164,6 +179,11 @@ class Transformer(nn.Module):
         tied head runs only where a prediction is scored (the masked LM: 15% of positions in training,
         one per masked copy in Zorro); equal to ``self(tokens)[select]`` (tested)."""
         return self.hidden(tokens)[0][select] @ self.wte.weight.T
+
+    @property
+    def position_scheme(self):
+        """The ``model.pos`` module (``wpe`` for learned positions, ``positions`` otherwise)."""
+        return self.wpe if hasattr(self, "wpe") else self.positions
 
     def scorer_stats(self) -> dict[str, torch.Tensor]:
         """{"b": [L, H|1], ...}: each scorer statistic stacked over the attention layers."""

@@ -6,7 +6,9 @@ from ssa_repro.scorers import (  # noqa: F401  (fill the registry)
     cog,
     cosformer,
     diff,
+    gated,
     hybrid,
+    logn,
     relu_len,
     sa_softmax,
     sigmoid,
@@ -24,14 +26,20 @@ from ssa_repro.scorers.base import Scorer
 from ssa_repro.scorers.registry import SCORERS
 
 
-def build_scorer(cfg, n_head: int, layer: int = 0) -> Scorer:
+def build_scorer(cfg, n_head: int, layer: int = 0, n_embd: int | None = None) -> Scorer:
     """The scorer ``cfg.name`` for a layer of ``n_head`` heads; ``layer`` is the 0-based layer index.
 
     Scorers whose ``__init__`` takes ``layer`` (differential attention's λ_init depends on it) get it
     there; those written as ``__init__(cfg, n_head)`` get ``scorer.layer`` set after construction.
+    Scorers whose ``__init__`` takes ``n_embd`` (the output gate reads the layer input) get the width.
     """
     cls = SCORERS.get(cfg.name)
-    if "layer" in inspect.signature(cls.__init__).parameters:
+    params = inspect.signature(cls.__init__).parameters
+    if "n_embd" in params:
+        if n_embd is None:
+            raise ValueError(f"scorer {cfg.name!r} needs the model width: build_scorer(..., n_embd=C)")
+        return cls(cfg, n_head, layer=layer, n_embd=n_embd)
+    if "layer" in params:
         return cls(cfg, n_head, layer=layer)
     scorer = cls(cfg, n_head)
     scorer.layer = layer

@@ -4,7 +4,11 @@ A scorer is an ``nn.Module`` built with its config and the number of heads, so i
 per head (SSA's b and n). The attention module calls :meth:`Scorer.attend`; the default computes the
 logits x = q·kᵀ/√d_head and calls :meth:`forward` (logits, mask) -> weights. A scorer that needs q and
 k themselves (CosFormer) overrides :meth:`weights`; one with a fused kernel (softmax through SDPA)
-overrides :meth:`attend`, and must return the same weights through ``need_weights=True``. One whose
+overrides :meth:`attend`, and must return the same weights through ``need_weights=True``.
+A position scheme's additive bias β [H, T, S] (ALiBi, T5 buckets; ssa_repro/models/positions/) is
+added to the scaled logits before the transform: weights = forward(x + β, mask); scorers of q and k
+say in their docstring how they take it. One that gates its output with the layer input (gated
+attention) overrides :meth:`output`. One whose
 output is not plain w @ v (differential attention normalises it per head) overrides :meth:`combine`,
 which the plain path (:meth:`attend`, also ``model.attn_impl=eager``) calls.
 
@@ -49,6 +53,9 @@ class Scorer(nn.Module):
     # (train.compile=auto; measured in docs/performance.md).
     attention_tensors: int = 4
     compile_gains: bool = True
+    # Parameters that act on the attention output (:meth:`output`), not on the weights: the weight
+    # tests leave them out (gated attention's gate)
+    output_params: tuple[str, ...] = ()
 
     def __init__(self, cfg, n_head: int, layer: int = 0):
         super().__init__()
@@ -65,18 +72,27 @@ class Scorer(nn.Module):
         """logits [B, H, T, S] -> weights [B, H, T, S]."""
         raise NotImplementedError
 
-    def weights(self, q, k, mask) -> torch.Tensor:
-        """q [B, H, T, D], k [B, H, S, D] -> weights [B, H, T, S]."""
+    def weights(self, q, k, mask, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """q [B, H, T, D], k [B, H, S, D] -> weights [B, H, T, S]; ``bias`` [H, T, S] is added to the
+        scaled logits."""
         logits = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        if bias is not None:
+            logits = logits + bias
         return self(logits, mask)
 
-    def attend(self, q, k, v, mask, is_causal: bool = False, need_weights: bool = False):
+    def attend(self, q, k, v, mask, is_causal: bool = False, need_weights: bool = False, bias=None):
         """Weighted values [B, H, T, D], and the weights [B, H, T, S] if ``need_weights`` (else None).
 
-        ``is_causal`` says that ``mask`` is the plain causal mask, for kernels that take that shortcut.
+        ``is_causal`` says that ``mask`` is the plain causal mask, for kernels that take that shortcut;
+        ``bias`` [H, T, S] is a position scheme's additive logit bias (or None).
         """
-        w = self.weights(q, k, mask)
+        w = self.weights(q, k, mask, bias)
         return self.combine(w, v), (w if need_weights else None)
+
+    def output(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The attention output y [B, H, T, D] given the layer input x [B, T, C]: y itself, unless the
+        scorer gates it (gated attention)."""
+        return y
 
     def combine(self, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """weights [B, H, T, S], values [B, H, S, D] -> output [B, H, T, D]: w @ v."""

@@ -14,6 +14,11 @@ length (a causal model would see how long its prompt will be). Here M = ``scorer
 ``model.max_positions``, fixed, so i − j < M and the cosine stays positive. A query with
 relu(q_i) = 0 attends to nothing: its row is all zeros (ε in the denominator), the documented
 exception to rows summing to 1.
+
+A position scheme's logit bias β (ALiBi, T5) multiplies the kernel by exp(β): a_ij · exp(β_ij), which is
+what the bias does to softmax's unnormalised weights exp(x_ij); under ALiBi it is an exponential
+decay with distance (as in RetNet). The linear form has no place for it, so biased runs take the
+quadratic form.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ class CosFormer(Scorer):
         out = [] if cfg.m >= 1 else [f"scorer.m={cfg.m} must be >= 1"]
         return out + ([] if cfg.eps > 0 else [f"scorer.eps={cfg.eps} must be > 0"])
 
-    def weights(self, q, k, mask):
+    def weights(self, q, k, mask, bias=None):
         """q [B, H, T, D], k [B, H, S, D] -> weights [B, H, T, S] (the masked T×T form)."""
         t, s = q.shape[-2], k.shape[-2]
         if max(t, s) > self.cfg.m:
@@ -65,6 +70,8 @@ class CosFormer(Scorer):
         j = torch.arange(s, device=q.device)[None, :]
         decay = torch.cos((math.pi / (2 * self.cfg.m)) * (i - j).to(q.dtype))  # [T, S]
         a = (torch.relu(q) @ torch.relu(k).transpose(-2, -1)) * decay
+        if bias is not None:
+            a = a * bias.to(a.dtype).exp()
         if mask is not None:
             a = a * mask
         return a / a.sum(-1, keepdim=True).clamp_min(self.cfg.eps)
@@ -72,9 +79,9 @@ class CosFormer(Scorer):
     def forward(self, logits, mask):
         raise TypeError("CosFormer scores q and k, not logits: call weights(q, k, mask) or attend()")
 
-    def attend(self, q, k, v, mask, is_causal=False, need_weights=False):
-        if need_weights or not is_causal or value_of(self.cfg.form) == "quadratic":
-            return super().attend(q, k, v, mask, is_causal, need_weights)
+    def attend(self, q, k, v, mask, is_causal=False, need_weights=False, bias=None):
+        if need_weights or not is_causal or bias is not None or value_of(self.cfg.form) == "quadratic":
+            return super().attend(q, k, v, mask, is_causal, need_weights, bias)
         return self.causal_linear(q, k, v), None
 
     def causal_linear(self, q, k, v):

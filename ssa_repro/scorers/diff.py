@@ -94,16 +94,18 @@ class Diff(Scorer):
             "diff scores the two halves of q and k, not logits: call weights(q, k, mask) or attend()"
         )
 
-    def weights(self, q, k, mask):
-        """q [B, H, T, d], k [B, H, S, d] -> signed weights [B, H, T, S]."""
+    def weights(self, q, k, mask, bias=None):
+        """q [B, H, T, d], k [B, H, S, d] -> signed weights [B, H, T, S]; a position bias [H, T, S] is
+        added to both maps' logits."""
         d = q.shape[-1]
         if d % 2:
             raise ValueError(f"diff splits each head's q and k in two halves: head width {d} is odd")
         h, dtype = d // 2, q.dtype
         q, k = at_least_float32(q), at_least_float32(k)  # bf16 would lose the difference's precision
         scale = 1.0 / math.sqrt(h)
-        a1 = masked_softmax((q[..., :h] @ k[..., :h].transpose(-2, -1)) * scale, mask)
-        a2 = masked_softmax((q[..., h:] @ k[..., h:].transpose(-2, -1)) * scale, mask)
+        beta = 0.0 if bias is None else bias.to(q.dtype)
+        a1 = masked_softmax((q[..., :h] @ k[..., :h].transpose(-2, -1)) * scale + beta, mask)
+        a2 = masked_softmax((q[..., h:] @ k[..., h:].transpose(-2, -1)) * scale + beta, mask)
         return (a1 - self.lam.to(a1.dtype) * a2).to(dtype)
 
     def combine(self, w, v):

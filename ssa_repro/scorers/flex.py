@@ -35,6 +35,12 @@ instances reuse the graphs (tests/test_fast_paths.py checks the graph count); in
 ``inference_mode`` and under ``no_grad`` differ in dispatch keys, so a process using both compiles both.
 If compiling or running the kernel fails (no C++ compiler, an unsupported platform, dynamo's recompile
 limit), that scorer runs the plain path for the rest of the process, after one warning.
+
+Position schemes (ssa_repro/models/positions/). RoPE rotates q and k before either path, so nothing
+changes here. An additive logit bias β_h(i, j) (ALiBi, T5 buckets) enters as a term of the score_mod,
+score_mod(x + β_h(q_idx, kv_idx)) (:func:`with_bias`), the plain path's scorer(x + β). A bias that
+comes without a score_mod term cannot be fused: such a combination runs the plain path, after one
+warning.
 """
 
 from __future__ import annotations
@@ -53,11 +59,12 @@ log = logging.getLogger("ssa_repro.evaluate")
 # (finer causal skipping) with the default model's head size 16. CUDA keeps 128, the Triton default.
 CPU_BLOCK = 64
 
-# Scorers (registered names) whose own attend is a fused kernel, kept at inference: softmax through SDPA.
+# Scorers (registered names) whose own attend is a fused kernel, kept at inference: softmax through SDPA
+# (and gated attention, softmax with an output gate).
 # On the quantifier grid FlexAttention was 1.05x faster in steady state (scripts/bench.py --eval-only),
 # but it costs two compiles per process (2-10 s), more than it saves on the short evaluation a training
 # run ends with; an empty tuple sends softmax through FlexAttention too.
-PLAIN_FIRST = ("softmax",)
+PLAIN_FIRST = ("softmax", "gated")
 
 # Graph budget for the inference compile: dynamo's default limit (8 graphs per function) is shared by
 # every score_mod in the process; past this limit dynamo raises, and the plain path takes over.
@@ -67,6 +74,7 @@ _mode = "auto"  # inference_path(): "auto" | "plain" | "fused"
 _compiled = None  # flex_attention compiled for training (model.attn_impl=flex)
 _compiled_inference = None  # flex_attention compiled with dynamic shapes, for inference
 _failed: dict = {}  # score_mod code -> why fused inference failed for it (the plain path takes over)
+_unfusible_warned: set = set()  # scorer classes warned about a position bias without a score_mod term
 
 
 def _causal(b, h, q_idx, kv_idx):
@@ -105,6 +113,28 @@ def flex_attend(q, k, v, score_mod, causal: bool, compiled: bool = True) -> torc
     return fn(q, k, v, score_mod=score_mod, block_mask=mask)
 
 
+def with_bias(score_mod, term, bias=None):
+    """score_mod(x + term(b, h, q_idx, kv_idx)): the scorer's score_mod after a position scheme's
+    additive logit bias; ``score_mod`` itself without a term (None stays None)."""
+    if score_mod is None or term is None:
+        if bias is not None and score_mod is not None:
+            raise ValueError(
+                "this position scheme's bias has no FlexAttention term: use model.attn_impl=auto"
+            )
+        return score_mod
+
+    def biased_mod(x, b, h, q_idx, kv_idx):
+        return score_mod(x + term(b, h, q_idx, kv_idx), b, h, q_idx, kv_idx)
+
+    biased_mod.causal_only = getattr(score_mod, "causal_only", False)
+    biased_mod.parts = (score_mod.__code__, term.__code__)  # what the failure cache is keyed by
+    return biased_mod
+
+
+def _key(mod):
+    return getattr(mod, "parts", mod.__code__)
+
+
 @contextlib.contextmanager
 def inference_path(mode: str):
     """Within the block, inference under ``model.attn_impl=auto`` takes the path ``mode``: "auto" (the
@@ -130,10 +160,11 @@ def inference_score_mod(scorer, causal: bool):
     return mod
 
 
-def fused_inference(scorer, q, k, v, causal: bool) -> torch.Tensor | None:
+def fused_inference(scorer, q, k, v, causal: bool, bias=None, term=None) -> torch.Tensor | None:
     """The scorer's attention output [B, H, T, D] through compiled FlexAttention, or None where the plain
     path should run: gradients enabled, inside another compile, no score_mod (or softmax, see
-    :data:`PLAIN_FIRST`), a dtype or device the kernel lacks, B = 1 or T = 1, or after a failure.
+    :data:`PLAIN_FIRST`), a dtype or device the kernel lacks, B = 1 or T = 1, a position ``bias``
+    [H, T, T] without its score_mod ``term`` (one warning), or after a failure.
 
     q, k, v [B, H, T, D] (self-attention: S = T). Their strides are part of the compiled graph's guards:
     the model's are views of one [B, T, 3C] projection, the same at every call.
@@ -147,7 +178,19 @@ def fused_inference(scorer, q, k, v, causal: bool) -> torch.Tensor | None:
     if bsz == 1 or t == 1:  # the compiler specialises sizes of 1: a graph of its own, for little work
         return None
     mod = inference_score_mod(scorer, causal)
-    if mod is None or mod.__code__ in _failed:
+    if mod is None:
+        return None
+    if bias is not None and term is None:
+        if type(scorer) not in _unfusible_warned:
+            _unfusible_warned.add(type(scorer))
+            log.warning(
+                "%s with this position scheme's bias cannot be fused (no score_mod term); it runs the "
+                "plain path",
+                type(scorer).__name__,
+            )
+        return None
+    mod = with_bias(mod, term)
+    if _key(mod) in _failed:
         return None
     cpu = q.device.type == "cpu"
     block = CPU_BLOCK if cpu else 128
@@ -167,11 +210,11 @@ def fused_inference(scorer, q, k, v, causal: bool) -> torch.Tensor | None:
             y = _compiled_inference(q, k, v, score_mod=mod, block_mask=mask)
     except Exception as e:  # no compiler, unsupported platform, recompile limit: never fail an evaluation
         why = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        _failed[mod.__code__] = f"{type(e).__name__}: {why}"
+        _failed[_key(mod)] = f"{type(e).__name__}: {why}"
         log.warning(
             "FlexAttention failed for %s (%s); it runs the plain path for the rest of this process",
             type(scorer).__name__,
-            _failed[mod.__code__],
+            _failed[_key(mod)],
         )
         return None
     if counters["stats"]["unique_graphs"] != graphs:

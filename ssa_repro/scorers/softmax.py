@@ -28,10 +28,14 @@ class Softmax(Scorer):
     def score_mod(self):
         return lambda x, b, h, q_idx, kv_idx: x
 
-    def attend(self, q, k, v, mask, is_causal=False, need_weights=False):
+    def attend(self, q, k, v, mask, is_causal=False, need_weights=False, bias=None):
         if need_weights:
-            return super().attend(q, k, v, mask, is_causal, need_weights)
+            return super().attend(q, k, v, mask, is_causal, need_weights, bias)
         # Fused kernel, same math (tested equal to the plain path in tests/test_scorers.py).
+        if bias is not None:  # a position bias: SDPA adds a float mask to the scaled logits
+            if mask is not None:
+                bias = bias.masked_fill(~mask, float("-inf"))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype)), None
         if is_causal:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True), None
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None

@@ -171,11 +171,13 @@ class SSA(Scorer):
         n = self.n.view(-1, 1, 1)
         return masked_softmax(ssa_transform(x, b, n), mask).to(logits.dtype)
 
-    def attend(self, q, k, v, mask, is_causal=False, need_weights=False):
+    def attend(self, q, k, v, mask, is_causal=False, need_weights=False, bias=None):
         if need_weights:  # the plain path (same numbers, tested), whose weights are the maps
-            return super().attend(q, k, v, mask, is_causal, need_weights)
+            return super().attend(q, k, v, mask, is_causal, need_weights, bias)
         # 1/√d folded into b: t(x/√d) with b equals t(x) with b/√d, which saves a [B, H, T, S] pass
         x = at_least_float32(q @ k.transpose(-2, -1))  # [B, H, T, S] raw q·k
+        if bias is not None:  # t(b·(x/√d + β)) = t((b/√d)·(x + √d·β))
+            x = x + bias.to(x.dtype) * math.sqrt(q.shape[-1])
         b = self.b.view(-1, 1, 1) * (1.0 / math.sqrt(q.shape[-1]))  # [H|1, 1, 1]
         w = SSAWeights.apply(x, b.to(x.dtype), self.n.view(-1, 1, 1).to(x.dtype), mask)
         return w.to(v.dtype) @ v, None

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from ssa_repro.core import distributions as D
 from ssa_repro.core.enums import value_of
 from ssa_repro.models import MODELS
+from ssa_repro.models.positions import POSITIONS, pos_name
 from ssa_repro.scorers import SCORERS
 from ssa_repro.scorers.base import Scorer
 from ssa_repro.tasks import TASKS, build_task
@@ -186,6 +187,7 @@ def problems(cfg: DictConfig) -> list[str]:
             f"scorer={cfg.scorer.name} splits each head in two halves, so the head width "
             f"model.n_embd / model.n_head = {m.n_embd // m.n_head} must be even; change model.n_embd or model.n_head"
         )
+    out += POSITIONS.get(pos_name(m)).check_config(m)
     if value_of(m.attn_impl) == "flex":
         with_mod = [n for n in SCORERS.names() if _has_score_mod(n)]
         if cfg.scorer.name not in with_mod:

@@ -1,0 +1,154 @@
+"""The length-generalisation token tasks: invariants of the generated data, labels against plain-Python
+recomputations, their declared grids (8-16x the training length), and the CLI end to end."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from ssa_repro.cli.train_app import run_job
+from ssa_repro.tasks import TASKS
+from ssa_repro.tasks.flip_flop import BIT0, READ, WRITE, p_ignore_at
+from ssa_repro.tasks.tokens import IGNORE
+from ssa_repro.training.validate import problems
+from tests.conftest import make_cfg
+
+NEW = ["mqar", "flip_flop", "copy", "counting"]
+
+
+def task(name: str, **kw):
+    cfg = OmegaConf.structured(TASKS.schemas[name])
+    for k, v in kw.items():
+        cfg[k] = v
+    return TASKS.get(name)(cfg)
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------ MQAR
+@pytest.mark.parametrize("n", [1, 5, 64, 128])
+def test_mqar_every_query_is_a_key_seen_once_and_its_target_is_that_pairs_value(n):
+    t = task("mqar")
+    b = t.sample(16, n, gen(n), "cpu")
+    nk = t.cfg.n_keys
+    assert b.tokens.shape == (16, 3 * n) and b.pred_idx.tolist() == list(range(2 * n, 3 * n))
+    for row, targets in zip(b.tokens.tolist(), b.targets.tolist()):
+        keys, values, queries = row[0 : 2 * n : 2], row[1 : 2 * n : 2], row[2 * n :]
+        assert all(k < nk for k in keys) and all(v >= nk for v in values)  # disjoint id ranges
+        assert len(set(keys)) == n  # no key repeated: no pair overwritten (zoology issue #29)
+        assert sorted(queries) == sorted(keys)  # each key queried exactly once, no filler
+        pairs = dict(zip(keys, values))
+        assert targets == [pairs[q] for q in queries]  # recomputed from the prompt itself
+
+
+def test_mqar_refuses_more_pairs_than_keys():
+    t = task("mqar", n_keys=4)
+    with pytest.raises(ValueError, match="task.n_keys=4"):
+        t.sample(2, 5, gen(), "cpu")
+
+
+# ------------------------------------------------------------------ flip-flop
+def flip_flop_reference(tokens: list[int]) -> list[int]:
+    """Targets at the instruction tokens: the last written bit at a read, IGNORE elsewhere."""
+    out, mem = [], None
+    for i in range(0, len(tokens), 2):
+        op, bit = tokens[i], tokens[i + 1]
+        if op == WRITE:
+            mem = bit
+        out.append(mem if op == READ else IGNORE)
+    return out
+
+
+@pytest.mark.parametrize("sigma", [0.25, 1.0, 5.0])
+def test_flip_flop_reads_return_the_last_written_bit(sigma):
+    t = task("flip_flop")
+    n = 40
+    b = t.build(t.draw(32, n, gen(3), "cpu", {"sigma_x": sigma}))
+    ops = b.tokens[:, 0::2]
+    assert (ops[:, 0] == WRITE).all() and (ops[:, -1] == READ).all()
+    assert ((b.tokens[:, 1::2] == BIT0) | (b.tokens[:, 1::2] == BIT0 + 1)).all()
+    for row, targets in zip(b.tokens.tolist(), b.targets.tolist()):
+        assert targets == flip_flop_reference(row)
+        assert all(row[2 * i + 1] == targets[i] for i in range(n) if targets[i] != IGNORE)  # shown = answer
+
+
+def test_flip_flop_setting_sets_the_ignore_rate():
+    t = task("flip_flop")
+    for sigma, p in ((1.0, 0.8), (0.25, 0.2), (10.0, 0.98)):
+        assert p_ignore_at(0.8, sigma) == pytest.approx(p)
+        ops = t.draw(256, 200, gen(4), "cpu", {"sigma_x": sigma}).xs[:, 1:-1]
+        assert (ops == 2).float().mean().item() == pytest.approx(p, abs=0.01)
+    with pytest.raises(ValueError, match="σ must be >= 1 − task.p_ignore"):
+        t.draw(2, 5, gen(), "cpu", {"sigma_x": 0.1})
+
+
+# ------------------------------------------------------------------ copy / reverse
+@pytest.mark.parametrize("reverse", [False, True])
+def test_copy_and_reverse_targets(reverse):
+    t = task("copy", reverse=reverse)
+    n = 7
+    b = t.sample(8, n, gen(5), "cpu")
+    for row, targets in zip(b.tokens.tolist(), b.targets.tolist()):
+        src = row[:n]
+        want = src[::-1] if reverse else src
+        assert row[n] == t.cfg.alphabet and targets == want
+        assert row[n + 1 :] == want[:-1]  # teacher forcing: the answers so far are in the context
+    assert b.pred_idx.tolist() == list(range(n, 2 * n))
+
+
+# ------------------------------------------------------------------ counting
+@pytest.mark.parametrize("n", [1, 3, 16, 256])
+def test_counting_targets_are_the_query_counts_and_do_not_grow_with_length(n):
+    t = task("counting")
+    b = t.sample(64, n, gen(n), "cpu")
+    a = t.cfg.alphabet
+    counts = []
+    for row, target in zip(b.tokens.tolist(), b.targets.tolist()):
+        xs, sep, q = row[:n], row[n], row[n + 1]
+        assert sep == a and 0 <= q < a and all(0 <= x < a for x in xs)
+        counts.append(sum(x == q for x in xs))
+        assert target == [a + 1 + counts[-1]]
+    assert max(counts) <= min(t.cfg.max_count, n)
+
+
+# ------------------------------------------------------------------ declarations, checks, metrics
+@pytest.mark.parametrize("name", NEW)
+def test_grids_reach_8_to_16_times_the_training_length(name):
+    cfg = make_cfg(f"task={name}", tiny=False)
+    t = TASKS.get(name)(cfg.task)
+    lengths = t.evaluation.grid.quick["lengths"]
+    assert min(lengths) == cfg.curriculum.end and 8 <= max(lengths) / cfg.curriculum.end <= 16
+    assert t.n_tokens(max(lengths)) <= cfg.model.max_positions  # a learned table still covers the grid
+    assert problems(cfg) == []
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_a_too_small_vocabulary_is_refused(name):
+    found = problems(make_cfg(f"task={name}", "model.vocab_size=3"))
+    assert any("model.vocab_size=3" in p and f"task={name}" in p for p in found), found
+
+
+def test_metrics_skip_ignored_targets():
+    t = task("flip_flop")
+    targets = torch.tensor([[IGNORE, BIT0, IGNORE, BIT0 + 1]])
+    pred = torch.zeros(1, 4, 5)
+    pred[0, :, BIT0] = 1.0  # always predicts bit 0: right at the first read, wrong at the second
+    b = t.batch(
+        torch.zeros(1, 8, dtype=torch.long), targets, torch.arange(0, 8, 2), t.draw(1, 4, gen(), "cpu")
+    )
+    m = t.prompt_metrics(pred, b, 0)
+    assert m["token_error"].item() == 0.5 and m["sequence_error"].item() == 1.0
+
+
+# ------------------------------------------------------------------ the CLI path
+@pytest.mark.slow
+def test_mqar_with_alibi_and_ssa_trains_and_evaluates(tmp_path):
+    """python train.py task=mqar model.pos=alibi scorer=ssa debug=tiny (in process)."""
+    cfg = make_cfg("task=mqar", "model.pos=alibi", "scorer=ssa")
+    summary = run_job(cfg, tmp_path)
+    quick = summary["evaluations"]["quick"]
+    assert quick["evaluation"] == "grid" and quick["metric"] == "token_error"
+    assert 0.0 <= quick["in_distribution"]["model"] <= 1.0
