@@ -8,11 +8,8 @@ column per run (labelled by scorer) and number of shots. See ``ssa_repro/reports
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from ssa_repro.reports.lm_table import main as table_main  # noqa: E402
+from ssa_repro.reports.lm_table import main as table_main
 
 
 def main(argv=None) -> int:

@@ -15,12 +15,10 @@ import logging
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from omegaconf import OmegaConf
 
-from omegaconf import OmegaConf  # noqa: E402
-
-from ssa_repro.cli import study  # noqa: E402
-from ssa_repro.reports import study as report  # noqa: E402
+from ssa_repro.cli import study
+from ssa_repro.reports import study as report
 
 
 def main(argv=None) -> int:

@@ -22,12 +22,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ssa_repro.core import tracking  # noqa: E402
+from ssa_repro.core import tracking
 
 HEATMAP = "ssa-repro-heatmap"
 DIFFERENCE = "ssa-repro-difference"

@@ -9,12 +9,9 @@ and ``zorro_table.png``/``.pdf`` (grouped bars, the paper's 12 probes highlighte
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from ssa_repro.evaluation.zorro import METHODS  # noqa: E402
-from ssa_repro.reports.zorro_table import main as table_main  # noqa: E402
+from ssa_repro.evaluation.zorro import METHODS
+from ssa_repro.reports.zorro_table import main as table_main
 
 
 def main(argv=None) -> int:

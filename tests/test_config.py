@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 from ssa_repro.cli.train_app import check as check_run
 from ssa_repro.cli.train_app import problems
 from ssa_repro.models import MODELS
+from ssa_repro.resolvers import config_groups
 from ssa_repro.scorers import SCORERS
 from ssa_repro.tasks import TASKS
 from ssa_repro.training.validate import ConfigError
@@ -369,3 +371,21 @@ def test_diff_needs_an_even_head_width(tmp_path, n_embd, n_head, odd):
     assert not (tmp_path / "run").exists()
     # the same width with a scorer that does not split heads is fine
     assert problems(make_cfg("scorer=softmax", f"model.n_embd={n_embd}", f"model.n_head={n_head}")) == []
+
+
+def test_help_lists_each_entry_points_own_groups(tmp_path):
+    """``--help`` lists the groups an entry point composes, with their options read from conf/ (a new
+    option file appears at once), not evaluate.py's ``eval`` in train.py's, the study matrices or schemas."""
+    train = dict(line.split(": ", 1) for line in config_groups("train").splitlines())
+    assert {"model", "scorer", "task", "evaluation", "sweep/size", "debug"} <= set(train)
+    assert not {"eval", "study"} & set(train) and not any(g.startswith("schema") for g in train)
+    assert train["curriculum"].split(", ") == sorted(p.stem for p in (CONF / "curriculum").glob("*.yaml"))
+    evaluate = dict(line.split(": ", 1) for line in config_groups("evaluate").splitlines())
+    assert list(evaluate) == ["eval"] and "shift" in evaluate["eval"].split(", ")
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "curriculum" / "steep.yaml").write_text("start: 3\n")
+    assert (
+        "steep"
+        in dict(line.split(": ", 1) for line in config_groups("train", conf).splitlines())["curriculum"]
+    )

@@ -1,4 +1,4 @@
-"""Scorer diagnostics (ssa_repro/scorers/diagnostics.py) and scripts/scorer_report.py.
+"""scripts/scorer_report.py: the scorer diagnostics (saturation, step costs) and the report.
 
 Saturation is checked against the independent table in the reference notes (scorers.md: weight on one
 key whose logit beats the other N − 1, all at 0, by g) and against closed forms written here.
@@ -14,9 +14,19 @@ from pathlib import Path
 import pytest
 
 from ssa_repro.config import load_scorer, scorer_options
-from ssa_repro.scorers.diagnostics import saturation, step_costs
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_report():
+    spec = importlib.util.spec_from_file_location("scorer_report", ROOT / "scripts" / "scorer_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REPORT = load_report()
+saturation, step_costs = REPORT.saturation, REPORT.step_costs
 REF_GRID = [(16, 5.0), (16, 10.0), (16, 20.0), (80, 20.0)]  # scorers.md's columns (N, g)
 GRID = [(2, 0.5), (16, 1.0), (16, 5.0), (16, 20.0), (80, 3.0), (80, 20.0)]
 
@@ -104,9 +114,7 @@ def test_step_costs_are_positive(scorers):
 
 
 def test_report_script_writes_everything(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("scorer_report", ROOT / "scripts" / "scorer_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_report()
     out = tmp_path / "report"
     module.main(["--out", str(out), "--reps", "1", "--cost-shape", "2", "8", "8", "8"])
     stdout = capsys.readouterr().out

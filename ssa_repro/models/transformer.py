@@ -197,6 +197,8 @@ def model_config(cfg) -> DictConfig:
     """A ``model`` config (a node of the run's config, or a partial dict) over :class:`ModelConfig`:
     keys it lacks take the schema's defaults, so no reader restates them. Keys the schema does not
     have are not the model's (a retired key in an old run folder) and are left out."""
+    if isinstance(cfg, DictConfig) and MODEL_KEYS <= set(cfg):
+        return cfg  # composed over the schema already (a run's config)
     given = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     known = {k: v for k, v in given.items() if k in MODEL_KEYS}
     return OmegaConf.merge(OmegaConf.structured(ModelConfig), known)
