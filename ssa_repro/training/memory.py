@@ -38,6 +38,8 @@ from pathlib import Path
 import torch
 
 from ssa_repro.core.enums import value_of
+from ssa_repro.models.positions import pos_name
+from ssa_repro.models.positions.t5 import NUM_BUCKETS as T5_BUCKETS
 from ssa_repro.models.transformer import MODELS
 from ssa_repro.scorers import build_scorer
 from ssa_repro.tasks import build_task
@@ -48,34 +50,42 @@ PLAIN_ATTENTION_TENSORS = 4  # the plain path (logits, transformed logits, weigh
 
 
 # ------------------------------------------------------------------ parameters, in closed form
-def scorer_parameters(scorer_cfg, n_head: int) -> int:
-    """Trainable scalars of one attention layer's scorer (SSA's b and n: 2 per head, ...): the scorer
-    module alone is built (a few numbers), never the model."""
+def scorer_parameters(scorer_cfg, n_head: int, n_embd: int | None = None) -> int:
+    """Trainable scalars of one attention layer's scorer (SSA's b and n: 2 per head, gated attention's
+    gate, ...): the scorer module alone is built (a few numbers), never the model."""
 
-    return sum(p.numel() for p in build_scorer(scorer_cfg, n_head).parameters())
+    return sum(p.numel() for p in build_scorer(scorer_cfg, n_head, n_embd=n_embd).parameters())
+
+
+def position_parameters(model_cfg) -> int:
+    """The position scheme's parameters: the learned table P·C, T5's bucket table NUM_BUCKETS·H, else 0."""
+    pos = pos_name(model_cfg)
+    if pos == "learned":
+        return int(model_cfg.max_positions) * int(model_cfg.n_embd)
+    return T5_BUCKETS * int(model_cfg.n_head) if pos == "t5" else 0
 
 
 def parameter_count(model_cfg, scorer_cfg) -> int:
     """``count_parameters(build_model(model_cfg, scorer_cfg))`` without building the model.
 
     C = n_embd, r = mlp_ratio, V = vocab_size, P = max_positions, L = n_layer:
-    token table V·C (tied to the head) or read-in (n_in + 1)·C + read-out C + 1; positions P·C; per layer with
+    token table V·C (tied to the head) or read-in (n_in + 1)·C + read-out C + 1; positions P·C (model.pos=
+    learned; T5 buckets 32·H; none for the others); per layer with
     attention 2C (LayerNorm) + 3C² + 3C (qkv) + C² + C (proj) + the scorer's; per layer with an MLP
     2C (LayerNorm) + r·C² + r·C (fc) + r·C² + C (proj); the final LayerNorm 2C."""
     c, r = int(model_cfg.n_embd), int(model_cfg.get("mlp_ratio", 4))
-    v, p, n_layer = (
-        int(model_cfg.get("vocab_size", 0) or 0),
-        int(model_cfg.max_positions),
-        int(model_cfg.n_layer),
-    )
+    v, n_layer = int(model_cfg.get("vocab_size", 0) or 0), int(model_cfg.n_layer)
     blocks = MODELS.get(model_cfg.name)
     n_in = int(model_cfg.get("n_in", 1) or 1)
     n = v * c if v else (n_in + 1) * c + (c + 1)
-    n += p * c + 2 * c
+    n += position_parameters(model_cfg) + 2 * c
     per_layer = 0
     if blocks.attention:
         per_layer += (
-            2 * c + (3 * c * c + 3 * c) + (c * c + c) + scorer_parameters(scorer_cfg, int(model_cfg.n_head))
+            2 * c
+            + (3 * c * c + 3 * c)
+            + (c * c + c)
+            + scorer_parameters(scorer_cfg, int(model_cfg.n_head), c)
         )
     if blocks.mlp:
         per_layer += 2 * c + (r * c * c + r * c) + (r * c * c + c)
