@@ -173,7 +173,7 @@ def test_unknown_option_lists_choices():
         (["task=every", "task.balance=true", "task.x_dist.mean=1"], "symmetric"),
         (
             ["task.name=linearr"],
-            "allowed: decision_tree, every, linear, linear_regression, lm, mlm, noisy_linear, polynomial, quadratic, relu_2nn, some, sparse_linear",
+            "allowed: copy, counting, decision_tree, every, flip_flop, linear, linear_regression, lm, mlm, mqar, noisy_linear, polynomial, quadratic, relu_2nn, some, sparse_linear",
         ),
         (["train.keep_every=4", "train.ckpt_interval=3"], "multiple of train.ckpt_interval=3"),
         (["evaluation.sigmas=[]"], "evaluation.sigmas=[] must be a non-empty list"),

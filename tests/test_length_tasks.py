@@ -3,10 +3,12 @@ recomputations, their declared grids (8-16x the training length), and the CLI en
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from ssa_repro.cli import study
 from ssa_repro.cli.train_app import run_job
 from ssa_repro.tasks import TASKS
 from ssa_repro.tasks.flip_flop import BIT0, READ, WRITE, p_ignore_at
@@ -152,3 +154,13 @@ def test_mqar_with_alibi_and_ssa_trains_and_evaluates(tmp_path):
     quick = summary["evaluations"]["quick"]
     assert quick["evaluation"] == "grid" and quick["metric"] == "token_error"
     assert 0.0 <= quick["in_distribution"]["model"] <= 1.0
+
+
+@pytest.mark.slow
+def test_the_length_quick_study_runs_end_to_end(tmp_path):
+    """conf/study/length_quick.yaml through the study pipeline: every job trains and gets its task's grid."""
+    root = study.run("length_quick", tmp_path / "length_quick", n_jobs=1)
+    index = pd.read_csv(root / "index.csv")
+    assert len(index.job.unique()) == len(study.jobs(study.load("length_quick")))
+    assert set(zip(index.task, index.evaluation)) == {("every_num", "grid_quantifier"), ("mqar", "grid_mqar")}
+    assert set(index.arch) == {"learned", "alibi"}

@@ -22,6 +22,9 @@ SHAPES = [
     ("task=lm", "model=attn_only", "scorer=ssa"),
     ("task=mlm", "model=encoder", "model.n_embd=32", "model.n_layer=2"),
     ("experiment=paper_linear",),
+    ("model.pos=t5", "scorer=gated"),  # T5's bucket table, the gate's W_g; no position table
+    ("model.pos=rope", "scorer=gated", "scorer.gate=headwise"),
+    ("task=mqar", "model.pos=alibi"),
 ]
 
 
