@@ -91,14 +91,16 @@ def jobs(study: DictConfig, extra: tuple[str, ...] = ()) -> list[Job]:
 
 
 def evaluations(study: DictConfig, task_name: str) -> dict[str, DictConfig]:
-    """The study's evaluations that apply to a task (by what its declaration supports and its grid)."""
+    """The study's evaluations that apply to a task (by what its declaration supports; the keys
+    ``grid_quantifier*`` and ``grid_linear*`` by its kind)."""
     task = TASKS.get(task_name)
+    kind = "grid_quantifier" if task.classification else "grid_linear"
     out = {}
     for key, settings in study.evaluations.items():
         name = settings.name
         if name not in task.evaluation.supports:
             continue
-        if key.startswith("grid_") and key != f"grid_{'quantifier' if task.classification else 'linear'}":
+        if key.startswith("grid_") and not key.startswith(kind):
             continue
         out[key] = OmegaConf.merge(OmegaConf.structured(EVALUATORS.schemas[name]), settings)
     return out

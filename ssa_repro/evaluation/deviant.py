@@ -28,6 +28,23 @@ Metrics per cell (long form, one row per metric):
                uniform attention would give them, #inserted visible / #visible (``uniform_share``).
 Each value is a mean over prompts with a 95% interval (prompts where nothing follows the first inserted
 position have no value for the query-based metrics and are left out of their ``n_samples``).
+
+``detail: true`` (the falsifying protocol; off by default, so today's tables are unchanged) adds
+  errors apart  quantifiers (``supervise=all``): ``error_elsewhere``, the sign error at the positions
+               not inserted from ``skip_first`` on, and ``error_after_inserted``, the same at the
+               positions strictly after the first inserted one (beside ``error_at_inserted``: a *local*
+               failure errs at the inserted token and not after it; the paper's whole-sequence
+               following errs after it too); linear: ``mse_after_inserted`` likewise.
+  ``attention`` table: for every attention layer (``layer``, 1-based) the weight on the inserted
+               tokens with the same queries, per ``head``: ``mean`` (heads averaged), ``max`` (the most
+               attending head per prompt) and each head ``0``, ``1``, ...; ``metric`` is
+               ``attention_on_inserted``, or ``uniform_share`` (``head`` = ``uniform``).
+
+The sign decides whether following the largest element is wrong (:func:`adverse_sign`): for "every", a
++M value answers "true" at itself, which later labels contradict wherever an earlier or later number is
+negative; a -M value makes every later label false, so following it is right. For "some" it is the
+other way round (-M adverse, +M the control: labels follow a +M exactly). Evaluate both signs (two
+protocols): the labels' own ``follows_largest`` is exactly 1 under the control sign.
 """
 
 from __future__ import annotations
@@ -86,6 +103,13 @@ def largest_inserted(positions: torch.Tensor, values: torch.Tensor) -> torch.Ten
     return masked.amin(1)
 
 
+def adverse_sign(task) -> str | None:
+    """The insertion sign under which following the inserted value's answer is wrong: ``positive`` for
+    "every", ``negative`` for "some", None for tasks without a quantifier rule."""
+    every = getattr(task, "every", None)
+    return None if every is None else ("positive" if every else "negative")
+
+
 # ------------------------------------------------------------------ metrics
 def follows_largest(signs: torch.Tensor, positions: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """[B] share of the signs at example indices strictly after the first inserted position that equal
@@ -124,19 +148,33 @@ def attention_chunk(model, t: int) -> int:
     return max(1, MAX_ATTENTION_ELEMENTS // (heads * t * t * max(1, len(attn))))
 
 
+def head_shares(w: torch.Tensor, inserted: torch.Tensor, queries: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per head, the attention on inserted keys averaged over the counted queries: ``{"0": [B], ...}``
+    (the same quantities as :func:`inserted_share`, head by head)."""
+    share = (w * inserted.to(w.dtype)[:, None, None, :]).sum(-1)  # [B, H, T]
+    q = queries.to(w.dtype)[:, None, :]
+    per = (share * q).sum(-1).double() / q.sum(-1).double()  # [B, H]
+    return {str(h): per[:, h] for h in range(per.shape[1])}
+
+
 @torch.inference_mode()
-def outputs_and_last_map(model, tokens: torch.Tensor, fn):
-    """Runs ``model(tokens, need_weights=True)`` in chunks; ``fn(chunk_slice, out, last_map)`` per chunk.
-    Returns the outputs [B, T] (float)."""
+def outputs_and_maps(model, tokens: torch.Tensor, fn):
+    """Runs ``model(tokens, need_weights=True)`` in chunks; ``fn(chunk_slice, out, maps)`` per chunk
+    (``maps`` every attention layer's [b, H, T, T] weights, float). Returns the outputs [B, T] (float)."""
     bsz, t = tokens.shape[:2]
     chunk = attention_chunk(model, t)
     outs = []
     for i in range(0, bsz, chunk):
         out, maps = model(tokens[i : i + chunk], need_weights=True)
         if maps:
-            fn(slice(i, i + chunk), out, maps[-1].float())
+            fn(slice(i, i + chunk), out, [m.float() for m in maps])
         outs.append(out.float())
     return torch.cat(outs)
+
+
+def outputs_and_last_map(model, tokens: torch.Tensor, fn):
+    """:func:`outputs_and_maps` with ``fn(chunk_slice, out, last_map)``: the last layer only."""
+    return outputs_and_maps(model, tokens, lambda sl, out, maps: fn(sl, out, maps[-1]))
 
 
 RATE_METRICS = {
@@ -147,11 +185,16 @@ RATE_METRICS = {
     "attention_on_inserted",
     "attention_on_inserted_max_head",
     "uniform_share",
+    "error_elsewhere",
+    "error_after_inserted",
 }
 
 
-def deviant_cell(model, task, batch: Batch, positions, values, skip_first: int) -> dict[str, torch.Tensor]:
-    """Per-prompt metrics [B] of one deviant batch (on the model's device)."""
+def deviant_cell(
+    model, task, batch: Batch, positions, values, skip_first: int, detail: bool = False
+) -> dict[str | tuple, torch.Tensor]:
+    """Per-prompt metrics [B] of one deviant batch (on the model's device). With ``detail``, also the
+    errors apart and, under keys ``("attention", layer, head, metric)``, every layer's shares."""
     s = task.stride()
     bsz, n = batch.xs.shape
     t = batch.tokens.shape[1]
@@ -163,11 +206,19 @@ def deviant_cell(model, task, batch: Batch, positions, values, skip_first: int) 
     queries[:, x_tok] = after
     attn: dict[str, list] = {}
 
-    def on_chunk(sl, out, w):
-        for key, v in inserted_share(w, inserted[sl], queries[sl]).items():
+    def on_chunk(sl, out, maps):
+        for key, v in inserted_share(maps[-1], inserted[sl], queries[sl]).items():
             attn.setdefault(key, []).append(v)
+        for layer, w in enumerate(maps if detail else [], start=1):
+            both = inserted_share(w, inserted[sl], queries[sl])
+            heads = {"mean": both["attention_on_inserted"], "max": both["attention_on_inserted_max_head"]}
+            for head, v in {**heads, **head_shares(w, inserted[sl], queries[sl])}.items():
+                attn.setdefault(("attention", layer, head, "attention_on_inserted"), []).append(v)
+            attn.setdefault(("attention", layer, "uniform", "uniform_share"), []).append(
+                both["uniform_share"]
+            )
 
-    out = outputs_and_last_map(model, batch.tokens, on_chunk)  # [B, T]
+    out = outputs_and_maps(model, batch.tokens, on_chunk)  # [B, T]
     pred = out[:, batch.pred_idx]
     res: dict[str, torch.Tensor] = {}
     if task.classification:
@@ -178,6 +229,10 @@ def deviant_cell(model, task, batch: Batch, positions, values, skip_first: int) 
         if pred.shape[1] == n:  # the model was trained to answer at every x token
             wrong = (out[:, x_tok] > 0) != (labels > 0)  # [B, n]
             res["error_at_inserted"] = wrong.gather(1, positions).double().mean(1)
+            if detail:
+                res.update(
+                    _apart(wrong.double(), positions, skip_first, "error_elsewhere", "error_after_inserted")
+                )
     else:
         err = task.error(pred, batch.targets)  # [B, n]
         res["mse"] = err[:, skip_first:].mean(1)
@@ -185,9 +240,25 @@ def deviant_cell(model, task, batch: Batch, positions, values, skip_first: int) 
         res["mse_inserted"] = err.gather(1, positions).mean(1)
         untouched[:, :skip_first] = False
         res["mse_untouched"] = (err * untouched).sum(1) / untouched.sum(1).clamp_min(1)
+        if detail:
+            res["mse_after_inserted"] = _apart(err.double(), positions, skip_first, "", "after")["after"]
     for key, v in attn.items():
         res[key] = torch.cat(v)
     return res
+
+
+def _apart(err: torch.Tensor, positions: torch.Tensor, skip_first: int, elsewhere: str, after: str) -> dict:
+    """Mean of ``err`` [B, n] over the positions not inserted from ``skip_first`` on (``elsewhere``) and
+    over those strictly after the first inserted position (``after``; NaN where none): [B] each."""
+    n = err.shape[1]
+    idx = torch.arange(n, device=err.device)[None, :]
+    other = torch.ones_like(err, dtype=torch.bool).scatter_(1, positions, False)  # [B, n]
+    rest = other & (idx >= skip_first)
+    later = other & (idx > positions.amin(1, keepdim=True))
+    return {
+        elsewhere: (err * rest).sum(1) / rest.sum(1).double(),  # 0/0 = NaN
+        after: (err * later).sum(1) / later.sum(1).double(),
+    }
 
 
 def deviant_rows(
@@ -195,6 +266,38 @@ def deviant_rows(
 ) -> list[dict]:
     """Rows (dicts) of one cell {"M": m, "k": k}: one per predictor × metric, mean over prompts with an
     interval that respects the metric's range (prompts where a metric is undefined left out)."""
+    return deviant_tables(
+        model,
+        task,
+        cell,
+        sign=sign,
+        length=length,
+        n_samples=n_samples,
+        batch_size=batch_size,
+        skip_first=skip_first,
+        seed=seed,
+        device=device,
+        base=base,
+    )["results"]
+
+
+def deviant_tables(
+    model,
+    task,
+    cell: dict,
+    *,
+    sign,
+    length,
+    n_samples,
+    batch_size,
+    skip_first,
+    seed,
+    device,
+    base=None,
+    detail: bool = False,
+) -> dict[str, list[dict]]:
+    """``{"results": rows, "attention": rows}`` of one cell (see :func:`deviant_rows`); the attention
+    table (every layer and head) is filled with ``detail``."""
     m, k = float(cell["M"]), int(cell["k"])
     g = cell_generator(seed, m, k, length, list(Sign).index(Sign(value_of(sign))))
     per: dict[str, list] = {}
@@ -203,13 +306,20 @@ def deviant_rows(
         positions, values = draw_insertions(g, batch_size, length, k, m, sign)
         batch = insert(task, clean, positions, values).to(device)
         for key, v in deviant_cell(
-            model, task, batch, positions.to(device), values.to(device), skip_first
+            model, task, batch, positions.to(device), values.to(device), skip_first, detail
         ).items():
             per.setdefault(key, []).append(v)
-    rows = []
+    rows, attn_rows = [], []
     for key, v in per.items():
-        predictor, metric = key.split(":") if ":" in key else ("model", key)
         v = torch.cat(v).double().cpu().numpy()
+        if isinstance(key, tuple):  # ("attention", layer, head, metric)
+            _, layer, head, metric = key
+            stats = summarize(v, "rate")
+            cell_row = {**(base or {}), "M": m, "k": k, "length": int(length), "layer": layer, "head": head}
+            if stats["n_samples"]:
+                attn_rows.append({**cell_row, "metric": metric, **stats})
+            continue
+        predictor, metric = key.split(":") if ":" in key else ("model", key)
         kind = "rate" if metric in RATE_METRICS else "positive"
         stats = summarize(v, kind)
         if stats["n_samples"]:
@@ -224,7 +334,7 @@ def deviant_rows(
                     **stats,
                 }
             )
-    return rows
+    return {"results": rows, "attention": attn_rows}
 
 
 # ------------------------------------------------------------------ figures
@@ -334,6 +444,37 @@ def follows_figure(frame: pd.DataFrame, title: str, path: Path) -> list[Path]:
     return plotting.save(fig, path)
 
 
+def lines_figure(frame: pd.DataFrame, by: str, title: str, path: Path, ylabel: str) -> list[Path]:
+    """``value`` vs M, one panel per k, one line per value of column ``by``, with 95% bands."""
+    plt = plotting.plt
+    ks = sorted(frame["k"].unique())
+    fig, axes = plt.subplots(1, len(ks), figsize=(4.2 * len(ks) + 1.5, 3.6), sharey=True, squeeze=False,
+                             constrained_layout=True)  # fmt: skip
+    for ax, k in zip(axes[0], ks):
+        for i, (name, d) in enumerate(frame[frame.k == k].groupby(by, sort=True)):
+            d = d.sort_values("M")
+            ax.plot(d.M, d.value, marker="o", color=f"C{i}", label=str(name))
+            ax.fill_between(d.M, d.ci_low, d.ci_high, color=f"C{i}", alpha=0.2, linewidth=0)
+        ax.set_xscale("log")
+        ax.set_xlabel("magnitude M (log scale)")
+        ax.set_title(f"k = {k}", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(title, fontsize=9)
+    return plotting.save(fig, path)
+
+
+def layers_figure(attn: pd.DataFrame, title: str, path: Path) -> list[Path]:
+    """Attention on inserted tokens vs M for every layer: heads averaged, the most attending head, and
+    the uniform share, at the smallest k."""
+    k = attn["k"].min()
+    d = attn[attn.k == k].assign(head=lambda f: f["head"].astype(str))
+    shown = d[d["head"].isin(["mean", "max", "uniform"])]
+    shown = shown.assign(line=lambda f: "layer " + f.layer.astype(int).astype(str) + ", " + f["head"])
+    return lines_figure(shown, "line", f"{title}, k = {k}", path, "attention weight on inserted tokens")
+
+
 # ------------------------------------------------------------------ evaluator
 @dataclass
 class DeviantConfig(EvalConfig):
@@ -348,6 +489,7 @@ class DeviantConfig(EvalConfig):
     batch_size: int = 64
     skip_first: int = 3
     seed: int = 1234
+    detail: bool = False  # the errors apart and every layer's and head's attention (the attention table)
 
 
 @EVALUATORS.register("deviant", schema=DeviantConfig)
@@ -408,7 +550,7 @@ class Deviant(Evaluator):
             run.device,
         )
         for cell in cells:
-            rows = deviant_rows(
+            tables = deviant_tables(
                 run.model,
                 run.task,
                 cell,
@@ -420,8 +562,9 @@ class Deviant(Evaluator):
                 seed=c.seed,
                 device=run.device,
                 base=run.labels,
+                detail=bool(c.detail),
             )
-            yield {"results": pd.DataFrame(rows)}
+            yield {name: pd.DataFrame(rows) for name, rows in tables.items()}
             progress.update(1)
         if any(b.attn is not None for b in run.model.blocks) and getattr(self, "out_dir", None):
             self.example(run)
@@ -475,7 +618,27 @@ class Deviant(Evaluator):
                 f"{title}\npredictions following the prediction at the largest inserted element",
                 out_dir / "follows_largest",
             )
+        apart = [
+            m
+            for m in ("error_at_inserted", "error_after_inserted", "error_elsewhere")
+            if m in set(mine.metric)
+        ]
+        if len(apart) > 1:
+            figs += lines_figure(
+                mine[mine.metric.isin(apart)],
+                "metric",
+                f"{title}\nsign error at the inserted tokens vs after them vs elsewhere ({sign})",
+                out_dir / "errors_apart",
+                "sign error rate",
+            )
+        attn = frames.get("attention", pd.DataFrame())
+        if len(attn):
+            figs += layers_figure(attn, f"{title}\nattention on the inserted tokens, every layer ({sign})",
+                                  out_dir / "attention_by_layer")  # fmt: skip
         return figs
+
+    def tables(self) -> tuple[str, ...]:
+        return ("results", "attention")
 
     def heatmap(self) -> dict | None:
         return {"rows": "M", "cols": "k", "metric": "sequence_error" if self.task.classification else "mse"}
@@ -488,15 +651,24 @@ class Deviant(Evaluator):
             d = grid[(grid.metric == metric) & (grid.predictor == predictor)]
             return {f"k={k}": dict(zip(g.M.tolist(), g.value.tolist())) for k, g in d.groupby("k")}
 
+        sign, adverse = value_of(self.cfg.sign), adverse_sign(self.task)
         summary = {
             "metric": main,
             "length": self.cfg.length,
-            "sign": value_of(self.cfg.sign),
+            "sign": sign,
+            "adverse_sign": adverse,
+            # following the inserted value's answer is wrong (the falsifying sign) or right (the control)
+            "following_is": None
+            if adverse is None or sign == "random"
+            else ("wrong" if sign == adverse else "right"),
             main: table(main),
         }
         for metric in (
             "follows_largest",
             "error_at_inserted",
+            "error_after_inserted",
+            "error_elsewhere",
+            "mse_after_inserted",
             "attention_on_inserted",
             "uniform_share",
             "mse_untouched",
@@ -506,4 +678,16 @@ class Deviant(Evaluator):
                 summary[metric] = table(metric)
         if self.task.classification:
             summary["labels_follows_largest"] = table("follows_largest", "labels")
+        attn = frames.get("attention", pd.DataFrame())
+        if len(attn):  # {layer: {mean | max: {k: {M: value}}}}
+            on = attn[attn.metric == "attention_on_inserted"]
+            summary["attention_by_layer"] = {
+                f"layer={layer}": {
+                    head: {f"k={k}": dict(zip(g.M.tolist(), g.value.tolist())) for k, g in h.groupby("k")}
+                    for head, h in part[part["head"].astype(str).isin(["mean", "max"])].groupby(
+                        part["head"].astype(str)
+                    )
+                }
+                for layer, part in on.groupby("layer")
+            }
         return summary

@@ -21,7 +21,11 @@ correlated (and sequence errors cannot fall with length). Balanced tasks are dra
 depends on the length), so ``nested`` is exact only for unbalanced ones and is ignored for the others.
 
 Tables: ``results`` (cell × predictor × metric) and ``by_position`` (the per-position metric at the
-longest length of each call, per σ: the accuracy curves).
+longest length of each call, per σ: the accuracy curves). Every ``results`` row also carries the run's
+training length (``train_length``: the curriculum's length at the last training step,
+:func:`training_length`) and the cell's ``region`` (:func:`region`): ``in_distribution`` (the training
+σ's, length <= train_length), ``sigma_shift`` (another σ at training lengths), ``length_shift`` (the
+training σ's, longer prompts) or ``both_shift``, so σ shift and length shift are read apart.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.tasks.base import Prompts
 from ssa_repro.tasks.baselines import BASELINES
 from ssa_repro.tasks.baselines import problems as baseline_problems
+from ssa_repro.training.curriculum import n_points
+
+REGIONS = ("in_distribution", "sigma_shift", "length_shift", "both_shift")
 
 log = logging.getLogger("ssa_repro.evaluate")
 
@@ -70,6 +77,25 @@ class GridConfig(EvalConfig):
     reuse_draws: bool = False  # true: the same draws scaled by every σ (the public code's quantifier grid)
     nested: bool | None = None  # score every length on prefixes of the longest prompts; null: the preset's
     baselines: list[str] | None = None  # null: the task's baselines
+
+
+def training_length(run_cfg) -> int:
+    """The longest prompt (examples) a run trained on: the curriculum's length at its last step
+    (``curriculum.end`` once reached; ``end`` throughout without a curriculum)."""
+    return n_points(run_cfg.curriculum, max(int(run_cfg.train.steps) - 1, 0))
+
+
+def region(cell: dict, train_length: int, train_sigmas: dict[str, float]) -> str:
+    """Which shift a grid cell applies: ``in_distribution``, ``sigma_shift`` (σ's other than the training
+    ones, at lengths <= ``train_length``), ``length_shift`` (the training σ's, longer prompts) or
+    ``both_shift``. ``train_sigmas``: the task's (``task.train_sigmas()``), per axis in ``cell``."""
+    at_sigma = all(
+        abs(float(cell[a]) - float(v)) <= 1e-9 * max(1.0, abs(v))
+        for a, v in train_sigmas.items()
+        if a in cell
+    )
+    at_length = int(cell["length"]) <= int(train_length)
+    return REGIONS[(not at_sigma) + 2 * (not at_length)]
 
 
 def scale(prompts: Prompts, shift: dict) -> Prompts:
@@ -153,7 +179,7 @@ class GridEvaluation(Evaluator):
                 f"eval.skip_first={c.skip_first} must be < the shortest of eval.lengths={_list(c.lengths)} "
                 "(no prediction of the shortest prompts would be scored)"
             )
-        out += baseline_problems(c.baselines)
+        out += baseline_problems(c.baselines, bool(self.task.classification))
         if c.nested and not self.run_cfg.model.get("causal", True):
             out.append("eval.nested=true needs a causal model (model.causal=true): use eval.nested=false")
         return out
@@ -187,6 +213,8 @@ class GridEvaluation(Evaluator):
     # ------------------------------------------------------------------ compute
     def _rows(self, cell: dict, per_prompt: dict[str, dict[str, list]], base: dict) -> list[dict]:
         kinds = {m.name: m.kind for m in self.spec.metrics}
+        train = training_length(self.run_cfg)
+        base = {**base, "train_length": train, "region": region(cell, train, self.task.train_sigmas())}
         rows = []
         for predictor, metrics in per_prompt.items():
             for metric, values in metrics.items():
@@ -388,6 +416,14 @@ class GridEvaluation(Evaluator):
             near = near[near[a] == min(vals, key=lambda v: abs(v - target))]
         out["in_distribution"] = {p: float(g["value"].mean()) for p, g in near.groupby("predictor")}
         out["in_distribution_cells"] = {a: float(near[a].iloc[0]) for a in spec.axes} if len(near) else {}
+        # the shifts apart (cells of older parts lack the columns: derived here from the run's config)
+        train = training_length(self.run_cfg)
+        regions = res.apply(lambda r: region(r, train, sig), axis=1)
+        out["train_length"] = train
+        out["by_region"] = {  # {predictor: {region: mean over its cells, metric × cells}}
+            p: {reg: float(g["value"].mean()) for reg, g in part.groupby(regions[part.index])}
+            for p, part in res.groupby("predictor")
+        }
         return out
 
 

@@ -1,8 +1,16 @@
-"""Reference predictors for regression tasks, computed on exactly the prompts the model sees.
+"""Reference predictors, computed on exactly the prompts the model sees.
 
-Each maps xs [B, n] (one input dimension, task=linear) or [B, n, d] (Garg's function classes) and
-ys [B, n] to predictions [B, n], where prediction i uses only examples j < i (as the model does).
-Position 0 has no example and predicts 0.
+Regressors (task=linear, Garg's function classes) map xs [B, n] (one input dimension) or [B, n, d]
+and ys [B, n] to predictions [B, n], where prediction i uses only examples j < i (as the model does);
+position 0 has no example and predicts 0.
+
+Label rules (the quantifiers, ``LABEL_RULES``) map xs [B, n] to answers [B, n] in {-1, +1}; answer i
+sees x_1..x_i (the model reads it at the x_i token). ``cumulative_and`` is "every"'s rule and
+``cumulative_or`` "some"'s, so each is exact on its own task and the wrong quantifier on the other
+(with labels in context, "copy the previous label, AND/OR the sign of x_i" is the same rule);
+``sign_x`` is the context-free answer (what a model that reads only the current number says);
+``sign_of_largest`` answers with the sign of the largest |x_j| so far (the paper's "prediction follows
+the largest element"); ``always_true`` / ``always_false`` are the constant answers.
 """
 
 from __future__ import annotations
@@ -99,12 +107,19 @@ def tree(xs: torch.Tensor, ys: torch.Tensor, max_depth: int = 4) -> torch.Tensor
 NEEDS_SKLEARN = ("lasso", "tree")
 
 
-def problems(names) -> list[str]:
-    """Unknown baselines, and those whose optional package is missing, each named with the fix."""
+def problems(names, classification: bool | None = None) -> list[str]:
+    """Unknown baselines, those of the other kind (label rules for a classification task, regressors
+    otherwise; ``classification=None``: not checked), and those whose optional package is missing."""
     out = []
     unknown = [b for b in names if b not in BASELINES]
     if unknown:
         out.append(f"eval.baselines has {unknown}; allowed: {', '.join(BASELINES)}")
+    if classification is not None:
+        allowed = LABEL_RULES if classification else tuple(b for b in BASELINES if b not in LABEL_RULES)
+        wrong = [b for b in names if b in BASELINES and b not in allowed]
+        if wrong:
+            kind = "a classification task (label rules)" if classification else "a regression task"
+            out.append(f"eval.baselines {wrong} do not apply to {kind}; allowed: {', '.join(allowed)}")
     need = [b for b in names if b in NEEDS_SKLEARN]
     if need and importlib.util.find_spec("sklearn") is None:
         out.append(
@@ -143,6 +158,47 @@ def zero(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(ys)
 
 
+def _signs(positive: torch.Tensor) -> torch.Tensor:
+    return positive.to(torch.float32) * 2 - 1  # bool -> {-1, +1}
+
+
+def always_true(xs: torch.Tensor, ys: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.ones(xs.shape, dtype=torch.float32, device=xs.device)
+
+
+def always_false(xs: torch.Tensor, ys: torch.Tensor | None = None) -> torch.Tensor:
+    return -always_true(xs)
+
+
+def sign_x(xs: torch.Tensor, ys: torch.Tensor | None = None) -> torch.Tensor:
+    """+1 iff x_i > 0: the answer from the current number alone."""
+    return _signs(xs > 0)
+
+
+def cumulative_and(xs: torch.Tensor, ys: torch.Tensor | None = None) -> torch.Tensor:
+    """+1 iff x_1, ..., x_i > 0 ("every")."""
+    return _signs((xs > 0).to(torch.int8).cummin(dim=1).values.bool())
+
+
+def cumulative_or(xs: torch.Tensor, ys: torch.Tensor | None = None) -> torch.Tensor:
+    """+1 iff some x_j > 0, j <= i ("some")."""
+    return _signs((xs > 0).to(torch.int8).cummax(dim=1).values.bool())
+
+
+def sign_of_largest(xs: torch.Tensor, ys: torch.Tensor | None = None) -> torch.Tensor:
+    """+1 iff the x_j with the largest |x_j| among j <= i is positive (the earliest on ties)."""
+    mag = xs.abs()
+    best = mag.cummax(dim=1).values
+    # the earliest j <= i with |x_j| equal to the running maximum
+    n = xs.shape[1]
+    j = torch.arange(n, device=xs.device)
+    hit = (mag[:, None, :] == best[:, :, None]) & (j[None, None, :] <= j[None, :, None])  # [B, i, j]
+    idx = torch.where(hit, j, n).amin(-1)
+    return _signs(xs.gather(1, idx) > 0)
+
+
+LABEL_RULES = ("always_true", "always_false", "sign_x", "cumulative_and", "cumulative_or", "sign_of_largest")
+
 BASELINES = {
     "least_squares": least_squares,
     "least_squares_d": least_squares_d,
@@ -152,4 +208,10 @@ BASELINES = {
     "averaging": averaging,
     "knn3": nearest_neighbours,
     "zero": zero,
+    "always_true": always_true,
+    "always_false": always_false,
+    "sign_x": sign_x,
+    "cumulative_and": cumulative_and,
+    "cumulative_or": cumulative_or,
+    "sign_of_largest": sign_of_largest,
 }
