@@ -6,12 +6,15 @@ on the same prompts."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from ssa_repro.evaluation import boundary as B
 from ssa_repro.evaluation import deviant as D
 from ssa_repro.evaluation.grid import GridConfig, GridEvaluation, region, training_length
 from ssa_repro.evaluation.loading import load_run
@@ -296,3 +299,142 @@ def test_deviant_detail_through_the_runner(tmp_path):
     assert set(summary["attention_by_layer"]) == {"layer=1"}
     assert (tmp_path / "run" / "eval" / "deviant" / summary["protocol_id"] / "attention.csv").exists()
     assert "attention_by_layer.png" in summary["figures"] and "errors_apart.png" in summary["figures"]
+
+
+# ----------------------------------------------------------------------------- boundary
+ARCHS = {
+    "preln": ["model=gpt2"],
+    "preln_embln": ["model=gpt2", "model.emb_ln=true"],
+    "postln": ["model=gpt2", "model.post_ln=true"],
+    "postln_noemb": ["model=gpt2", "model.post_ln=true", "model.emb_ln=false"],
+    "attn_only": ["model=attn_only"],
+    "attn_only_postln": ["model=attn_only", "model.post_ln=true"],
+}
+
+
+def _randomised(arch: str, seed: int = 0):
+    """A float64 model of ``arch`` with every LayerNorm's γ, β and the read-out randomised (so a bound
+    computed from the wrong LayerNorm differs)."""
+    cfg, model, task = model_for(
+        "task=linear", *ARCHS.get(arch, ["model=gpt2", "model.final_ln=false"]), seed=seed
+    )
+    g = torch.Generator().manual_seed(seed + 100)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g))
+                m.bias.copy_(torch.randn(m.bias.shape, generator=g))
+        model.read_out.weight.copy_(torch.randn(model.read_out.weight.shape, generator=g))
+        model.read_out.bias.fill_(0.7)
+    return model.double().eval()
+
+
+@pytest.mark.parametrize("arch", [*ARCHS])
+def test_readout_bound_holds_and_is_tight(arch):
+    model = _randomised(arch)
+    bound = B.readout_bound(model)
+    lo, hi = bound["bound_low"], bound["bound_high"]
+    # numpy: the looser |ŷ| bound from the chosen LayerNorm's weights, and it contains the tight one
+    ln = B.last_layernorm(model)
+    w, gam, beta = (t.detach().double().numpy().ravel() for t in (model.read_out.weight, ln.weight, ln.bias))
+    c = w @ beta + model.read_out.bias.item()
+    assert bound["bound_abs"] == pytest.approx(np.sqrt(len(w)) * np.linalg.norm(w * gam) + abs(c), rel=1e-12)
+    assert bound["bound_abs"] >= max(abs(lo), abs(hi)) - 1e-12 and lo < c < hi
+    # the read-out's input is in the image of that LayerNorm: (v − β)/γ has zero mean and norm <= √C
+    g = torch.Generator().manual_seed(1)
+    tokens = (
+        torch.randn(64, 16, 1, generator=g, dtype=torch.float64)
+        * 10 ** torch.empty(64, 1, 1).uniform_(-1, 3, generator=g).double()
+    )
+    with torch.no_grad():
+        v, _ = model.hidden(tokens)
+        out = model(tokens)
+    z = ((v - ln.bias) / ln.weight).detach().numpy()
+    np.testing.assert_allclose(z.mean(-1), 0.0, atol=1e-8)
+    assert (np.linalg.norm(z, axis=-1) <= np.sqrt(len(w)) + 1e-9).all()
+    assert lo <= out.min().item() and out.max().item() <= hi
+    # adversarial inputs (gradient ascent and descent on the prompt's numbers) stay inside
+    for sign in (1.0, -1.0):
+        x = tokens[:8].clone().requires_grad_(True)
+        opt = torch.optim.Adam([x], lr=0.5)
+        for _ in range(60):
+            opt.zero_grad()
+            (-sign * model(x)[:, -1].sum()).backward()
+            opt.step()
+        with torch.no_grad():
+            y = model(x)
+        assert lo <= y.min().item() and y.max().item() <= hi, (sign, y.min().item(), y.max().item(), lo, hi)
+    # tight: gradient ascent on the LayerNorm's input h gets within 0.1% of each end
+    for sign, end in ((1.0, hi), (-1.0, lo)):
+        h = torch.randn(4, len(w), generator=g, dtype=torch.float64).requires_grad_(True)
+        opt = torch.optim.Adam([h], lr=0.3)
+        for _ in range(300):
+            opt.zero_grad()
+            (-sign * model.read_out(ln(h)).sum()).backward()
+            opt.step()
+        with torch.no_grad():
+            best = (sign * model.read_out(ln(h))).max().item() * sign
+        assert abs(best - end) <= 1e-3 * (hi - lo), (sign, best, end)
+        assert sign * best <= sign * end + 1e-9
+
+
+def test_no_bound_without_the_final_layernorm():
+    model = _randomised("preln_nofinal")
+    assert B.last_layernorm(model) is None and B.readout_bound(model) is None
+    with torch.no_grad():  # and indeed the output grows without limit with the input
+        small, large = (
+            model(torch.full((1, 6, 1), v, dtype=torch.float64)).abs().max().item() for v in (1.0, 1e6)
+        )
+    assert large > 1e3 * small
+
+
+def test_plateau_against_numpy():
+    rng = np.random.default_rng(0)
+    y_true = rng.uniform(-30, 30, 4000)
+    groups = np.repeat(np.arange(400), 10)
+    clipped = np.clip(y_true, -7.0, 9.0) + rng.normal(0, 0.01, len(y_true))
+    est = B.plateau(y_true, clipped, groups, cut=4.2, side=1.0, share=0.1, min_count=20)
+    beyond = y_true > 4.2
+    assert est["n_beyond"] == beyond.sum()
+    slope = np.polyfit(y_true[beyond], clipped[beyond], 1)[0]
+    assert est["slope"][0] == pytest.approx(slope, rel=1e-9) and est["slope"][1] < slope < est["slope"][2]
+    outer = y_true[beyond] >= np.quantile(y_true[beyond], 0.9)
+    level = clipped[beyond][outer].mean()
+    assert est["plateau"][0] == pytest.approx(level, rel=1e-12) and est["plateau"][0] == pytest.approx(
+        9.0, abs=0.01
+    )
+    assert est["plateau"][1] < level < est["plateau"][2] and est["plateau"][2] - est["plateau"][1] < 0.01
+    neg = B.plateau(y_true, clipped, groups, cut=-4.2, side=-1.0, share=0.1, min_count=20)
+    assert neg["plateau"][0] == pytest.approx(-7.0, abs=0.01)
+    # a predictor with no boundary extrapolates: slope 1 beyond the training range
+    ident = B.plateau(y_true, y_true, groups, cut=4.2, side=1.0, share=0.1, min_count=20)
+    assert ident["slope"][0] == pytest.approx(1.0, abs=1e-9)
+    few = B.plateau(y_true, y_true, groups, cut=29.99, side=1.0, share=0.1, min_count=20)
+    assert math.isnan(few["slope"][0]) and math.isnan(few["plateau"][0])
+
+
+@pytest.mark.parametrize("arch", ["postln", "preln_nofinal"])
+def test_boundary_through_the_runner_stores_the_bound_and_plateau(tmp_path, arch):
+    extra = ARCHS.get(arch, ["model=gpt2", "model.final_ln=false"])
+    cfg = make_cfg("task=linear", *extra, "train.steps=2", "evaluation.enabled=false")
+    train(cfg, tmp_path / "run")
+    run = load_run(tmp_path / "run", CPU)
+    bcfg = B.BoundaryConfig(
+        n_functions=8, n_query=9, n_scaled=32, min_count=4, n_bins=4, n_train_samples=1000
+    )
+    summary = evaluate(run, bcfg)
+    folder = tmp_path / "run" / "eval" / "boundary" / summary["protocol_id"]
+    res = pd.read_csv(folder / "results.csv")
+    table = pd.read_csv(folder / "boundary.csv")
+    assert {"slope_pos", "plateau_neg", "slope_pos_low", "n_beyond_pos"} <= set(table.columns)
+    assert {"slope_neg", "slope_pos", "plateau_neg", "plateau_pos"} <= set(res.metric)
+    if arch == "preln_nofinal":
+        assert summary["readout_bound"] is None and not res.metric.str.startswith("bound_").any()
+        return
+    want = B.readout_bound(run.model)
+    assert summary["readout_bound"] == pytest.approx(want)
+    pred = pd.read_csv(folder / "predictions.csv")
+    assert want["bound_low"] <= pred.pred_model.min() and pred.pred_model.max() <= want["bound_high"]
+    model_rows = table[table.predictor == "model"]
+    np.testing.assert_allclose(model_rows.bound_high, want["bound_high"], rtol=1e-9)
+    assert table[table.predictor == "least_squares"].bound_high.isna().all()

@@ -47,6 +47,22 @@ Estimators (all on the query predictions, per predictor; ``all`` pools both prom
   y = 0, where a relative tolerance is tiny). Example: y_hat = clip(y_true, -7, 9) with abs_tol = 0 gives
   |y - 9| > rel_tol·y past y = 9 / (1 - rel_tol), i.e. 10 and -7.78 for rel_tol = 0.1.
 
+- Plateau, one per side (``plateau_share``): among the prompts beyond the training range of y (y_true >
+  ``train_high``, or < ``train_low``), ``slope_pos`` / ``slope_neg`` is the least-squares slope of
+  y_hat on y_true (1: the model extrapolates; 0: a plateau), and ``plateau_pos`` / ``plateau_neg`` the
+  mean y_hat over the outermost ``plateau_share`` of them (the largest |y_true|): the saturation level.
+  Both with a 95% interval, cluster-robust over contexts (a context of the query sweep is seen at every
+  x_q; statsmodels OLS with ``cov_type="cluster"``); NaN with fewer than ``min_count`` prompts.
+- The read-out bound (:func:`readout_bound`, from the checkpoint): the model ends in a LayerNorm and a
+  linear read-out, ŷ = w·LN(h) + b_out, LN(h) = γ ⊙ z + β with z = (h − mean h)/√(var h + ε). z has
+  zero mean and ‖z‖² = C·var/(var + ε) < C over the C features, so with u = w ⊙ γ and c = w·β + b_out,
+  ŷ − c = u·z = (u − ū1)·z and |ŷ − c| < √C‖u − ū1‖ = r (Cauchy–Schwarz; approached by h ∝ u − ū1 as
+  |h| grows). So every input gives ŷ in (``bound_low``, ``bound_high``) = (c − r, c + r), a bound of the
+  architecture whatever attention does; ``bound_abs`` = √C‖u‖ + |c| >= max(|c ± r|) is the looser
+  form. The last LayerNorm is the final one (``ln_f``) for pre-LN, the last block's ``ln_2`` (``ln_1``
+  without an MLP) for post-LN; a pre-LN model without its final LayerNorm (``model.final_ln=false``)
+  has no such bound (none reported).
+
 Tables (``<run_dir>/eval/boundary/``)
 -------------------------------------
 Every table starts with the run labels (task, scorer, model, seed, step) and n_points.
@@ -60,7 +76,11 @@ Every table starts with the run labels (task, scorer, model, seed, step) and n_p
 - ``by_query_x.csv``: the same statistics of abs_error for the query sweep, per query_x.
 - ``boundary.csv``: per predictor and prompt set (all | query_sweep | sigma_f=...): lower, upper,
   saturation_neg, saturation_pos, y_true_low/y_true_high, train_low/train_high (y in training) and
-  x_train_low/x_train_high (the same quantiles of x in training), n_samples.
+  x_train_low/x_train_high (the same quantiles of x in training), n_samples; the plateau (slope_neg,
+  slope_pos, plateau_neg, plateau_pos, each with _low/_high interval columns and the n_beyond_neg /
+  n_beyond_pos prompts they use) and the read-out bound (bound_low, bound_high, bound_abs; NaN for a
+  model without one). The ``results`` rows of each cell hold the same per prompt set (metrics
+  ``slope_*``, ``plateau_*`` with ci_low/ci_high, ``bound_*``).
 - ``predictions.csv``: every prompt (variant, sigma_f, function, query_x, a, b, y_true, pred_model,
   pred_least_squares), from which the figures can be re-made.
 
@@ -78,6 +98,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import statsmodels.api as sm
 import torch
 
 from ssa_repro.core import distributions as D
@@ -93,6 +114,8 @@ plt = plotting.plt
 log = logging.getLogger("ssa_repro.evaluate")
 
 PREDICTORS = ("model", "least_squares")
+BOUND_KEYS = ("bound_low", "bound_high", "bound_abs")
+PLATEAU_KEYS = ("slope_neg", "slope_pos", "plateau_neg", "plateau_pos")
 
 
 # ---------------------------------------------------------------- prompts
@@ -197,6 +220,79 @@ def saturation_points(
     return out[0], out[1]
 
 
+def last_layernorm(model) -> torch.nn.LayerNorm | None:
+    """The LayerNorm whose output the read-out reads: ``ln_f`` (pre-LN), the last block's ``ln_2``, or
+    ``ln_1`` without an MLP (post-LN); None when there is none (``model.final_ln=false``)."""
+    if getattr(model, "final_ln", False):
+        return model.ln_f
+    if getattr(model, "post_ln", False) and len(model.blocks):
+        last = model.blocks[-1]
+        return last.ln_2 if last.mlp is not None else last.ln_1
+    return None
+
+
+@torch.no_grad()
+def readout_bound(model) -> dict[str, float] | None:
+    """The interval every prediction lies in, from the weights (see the module docstring): ``bound_low``,
+    ``bound_high`` (c ∓ r, tight) and ``bound_abs`` (√C‖w ⊙ γ‖ + |c|); None without a last LayerNorm."""
+    ln = last_layernorm(model)
+    read_out = getattr(model, "read_out", None)
+    if ln is None or read_out is None:
+        return None
+    w = read_out.weight[0].double()  # [C]
+    u = w * ln.weight.double()  # [C]
+    c = float(w @ ln.bias.double() + read_out.bias.double()[0])
+    root_c = math.sqrt(u.numel())
+    r = root_c * float((u - u.mean()).norm())
+    return {"bound_low": c - r, "bound_high": c + r, "bound_abs": root_c * float(u.norm()) + abs(c)}
+
+
+def _cluster_fit(x: np.ndarray | None, y: np.ndarray, groups: np.ndarray) -> tuple[float, float, float]:
+    """OLS of y on [1, x] (or on 1 alone) with a cluster-robust 95% interval: (estimate, low, high) of
+    the slope (or of the mean)."""
+    design = np.ones((len(y), 1)) if x is None else sm.add_constant(x, has_constant="add")
+    n_groups = len(np.unique(groups))
+    cov = {"cov_type": "cluster", "cov_kwds": {"groups": groups}} if n_groups > 1 else {}
+    fit = sm.OLS(y, design).fit(**cov)
+    k = design.shape[1] - 1
+    lo, hi = fit.conf_int(0.05)[k]
+    return float(fit.params[k]), float(lo), float(hi)
+
+
+def plateau(y_true, y_hat, groups, cut: float, side: float, share: float, min_count: int) -> dict:
+    """One side's plateau estimate (see the module docstring): slope beyond ``cut`` (the training
+    range's edge on that side, ``side`` = ±1) and the mean prediction over the outermost ``share`` of
+    those prompts, each (value, low, high), and the number of prompts beyond ``cut``."""
+    y_true, y_hat = np.asarray(y_true, dtype=float), np.asarray(y_hat, dtype=float)
+    groups = np.asarray(groups)
+    beyond = side * y_true > side * cut
+    nan3 = (math.nan, math.nan, math.nan)
+    out = {"n_beyond": int(beyond.sum()), "slope": nan3, "plateau": nan3}
+    if beyond.sum() < max(min_count, 3):
+        return out
+    yt, yh, gr = y_true[beyond], y_hat[beyond], groups[beyond]
+    out["slope"] = _cluster_fit(yt, yh, gr)
+    outer = side * yt >= np.quantile(side * yt, 1 - share)
+    if outer.sum() >= max(min_count, 2):
+        out["plateau"] = _cluster_fit(None, yh[outer], gr[outer])
+    return out
+
+
+def plateau_columns(frame: pd.DataFrame, p: str, train: dict, cfg) -> dict[str, float]:
+    """Both sides' plateau estimates of predictor ``p`` on ``frame`` as flat columns."""
+    flat = frame.reset_index(drop=True)  # clusters: a context (a prompt of the scaled sets) per prompt set
+    groups = flat.groupby([flat.variant, flat.sigma_f.fillna(-1.0), flat.function], sort=False).ngroup()
+    frame = flat
+    out = {}
+    for name, side, cut in (("neg", -1.0, train["train_low"]), ("pos", 1.0, train["train_high"])):
+        est = plateau(frame.y_true, frame[f"pred_{p}"], groups, cut, side, cfg.plateau_share, cfg.min_count)
+        out[f"n_beyond_{name}"] = est["n_beyond"]
+        for key in ("slope", "plateau"):
+            v, lo, hi = est[key]
+            out.update({f"{key}_{name}": v, f"{key}_{name}_low": lo, f"{key}_{name}_high": hi})
+    return out
+
+
 def median_stat(v) -> dict:
     """Median with a 95% distribution-free interval (order statistics) and the quartiles."""
     v = np.sort(np.asarray(v, dtype=float))
@@ -241,9 +337,13 @@ def binned_rows(frame: pd.DataFrame, n_bins: int, min_count: int, base: dict) ->
     return rows
 
 
-def boundary_rows(frame: pd.DataFrame, cfg, train: dict[str, float], base: dict, sets=None) -> list[dict]:
-    """One row per predictor and prompt set with the boundaries and saturation points (sets: every
-    prompt set in ``frame`` and ``all`` of them pooled, unless given as (name, σ_F, frame) triples)."""
+def boundary_rows(
+    frame: pd.DataFrame, cfg, train: dict[str, float], base: dict, sets=None, bound: dict | None = None
+) -> list[dict]:
+    """One row per predictor and prompt set with the boundaries, saturation points and plateau (sets:
+    every prompt set in ``frame`` and ``all`` of them pooled, unless given as (name, σ_F, frame)
+    triples), and the read-out ``bound`` (NaN where None)."""
+    bound = bound or dict.fromkeys(BOUND_KEYS, math.nan)
     if sets is None:
         sets = [("all", math.nan, frame), ("query_sweep", math.nan, frame[frame.variant == "query_sweep"])]
         for sf in sorted(frame.loc[frame.variant == "scaled_f", "sigma_f"].unique()):
@@ -274,6 +374,8 @@ def boundary_rows(frame: pd.DataFrame, cfg, train: dict[str, float], base: dict,
                     "y_true_high": yt_hi,
                     **train,
                     "n_samples": len(part),
+                    **plateau_columns(part, p, train, cfg),
+                    **(bound if p == "model" else dict.fromkeys(BOUND_KEYS, math.nan)),
                 }
             )
     return rows
@@ -335,6 +437,9 @@ class BoundaryConfig(EvalConfig):
     n_train_samples: int = 200_000  # draws of y under the training distribution for its range
     batch_size: int = 1000
     seed: int = 1234
+    plateau_share: float = (
+        0.1  # plateau level: mean ŷ over this outermost share of the prompts beyond training
+    )
 
 
 @EVALUATORS.register("boundary", schema=BoundaryConfig)
@@ -384,6 +489,8 @@ class Boundary(Evaluator):
             out.append(f"eval.n_scaled={cfg.n_scaled} must be >= 0")
         if cfg.n_bins < 2:
             out.append(f"eval.n_bins={cfg.n_bins} must be >= 2")
+        if not 0 < cfg.plateau_share <= 1:
+            out.append(f"eval.plateau_share={cfg.plateau_share} must be in (0, 1]")
         if cfg.n_train_samples < 1000:
             out.append(f"eval.n_train_samples={cfg.n_train_samples} must be >= 1000")
         return out
@@ -416,9 +523,13 @@ class Boundary(Evaluator):
         )
         labels = {**run.labels, "n_points": n}
         train = self._train()
+        bound = readout_bound(run.model)
+        log.info("boundary: read-out bound from the checkpoint %s", bound or "none (no last LayerNorm)")
         for cell in cells:
             frame = collect_set(run.model, run.task, cfg, n, run.device, cell["variant"], cell["sigma_f"])
-            wide = boundary_rows(frame, cfg, train, labels, sets=[(None, cell["sigma_f"], frame)])
+            wide = boundary_rows(
+                frame, cfg, train, labels, sets=[(None, cell["sigma_f"], frame)], bound=bound
+            )
             keys = ("lower", "upper", "saturation_neg", "saturation_pos", "y_true_low", "y_true_high")
             rows = [
                 {
@@ -428,9 +539,11 @@ class Boundary(Evaluator):
                     "metric": k,
                     "value": r[k],
                     "n_samples": r["n_samples"],
+                    "ci_low": r.get(f"{k}_low", math.nan),
+                    "ci_high": r.get(f"{k}_high", math.nan),
                 }
                 for r in wide
-                for k in keys
+                for k in (*keys, *PLATEAU_KEYS, *(BOUND_KEYS if bound and r["predictor"] == "model" else ()))
             ]
             predictions = pd.concat([pd.DataFrame([labels] * len(frame)), frame], axis=1)
             yield {"results": pd.DataFrame(rows), "predictions": predictions}
@@ -465,7 +578,7 @@ class Boundary(Evaluator):
                         **median_stat((part[f"pred_{p}"] - part.y_true).abs()),
                     }
                 )
-        bound = pd.DataFrame(boundary_rows(pred, cfg, train, labels))
+        bound = pd.DataFrame(boundary_rows(pred, cfg, train, labels, bound=stored_bound(frames["results"])))
         return pd.DataFrame(rows), pd.DataFrame(by_x), bound, train
 
     def draw(self, frames, title, out_dir: Path) -> list[Path]:
@@ -484,6 +597,7 @@ class Boundary(Evaluator):
         def pick(p, name="all"):
             r = bound[(bound.predictor == p) & (bound.prompts == name)].iloc[0]
             keys = ("lower", "upper", "saturation_neg", "saturation_pos", "y_true_low", "y_true_high")
+            keys += tuple(f"{k}{end}" for k in PLATEAU_KEYS for end in ("", "_low", "_high"))
             return {k: None if math.isnan(r[k]) else float(r[k]) for k in keys}  # JSON: null, not NaN
 
         summary = {
@@ -493,6 +607,8 @@ class Boundary(Evaluator):
             "quantile": self.cfg.quantile,
             "train_range": [train["train_low"], train["train_high"]],
             "boundary": {p: pick(p) for p in PREDICTORS},
+            "readout_bound": stored_bound(frames["results"]),  # null: no last LayerNorm (or older cells)
+            "plateau_share": self.cfg.plateau_share,
             "tables": ["binned.csv", "by_query_x.csv", "boundary.csv", "predictions.csv"],
         }
         m = summary["boundary"]["model"]
@@ -511,6 +627,16 @@ class Boundary(Evaluator):
 # ---------------------------------------------------------------- figures
 
 
+def stored_bound(results: pd.DataFrame) -> dict[str, float] | None:
+    """The read-out bound stored with the cells (None: the model has none, or older cells lack it)."""
+    if results is None or results.empty:
+        return None
+    mine = results[(results.predictor == "model") & results.metric.isin(BOUND_KEYS)]
+    if mine.empty:
+        return None
+    return {k: float(mine.loc[mine.metric == k, "value"].iloc[0]) for k in BOUND_KEYS}
+
+
 def _decorate(ax, b: pd.Series, show_sat: bool = True) -> None:
     """Training range (shaded), estimated boundaries (red) and saturation points (dotted)."""
     pct = f"{(1 - b['quantile']) * 100:g}–{b['quantile'] * 100:g}%"
@@ -519,6 +645,11 @@ def _decorate(ax, b: pd.Series, show_sat: bool = True) -> None:
     )
     for v, lab in ((b.upper, f"estimated boundaries ({pct} of ŷ, all prompts)"), (b.lower, None)):
         ax.axhline(v, color="tab:red", lw=1.3, ls="--", label=lab)
+    if "bound_high" in b and not math.isnan(b.bound_high):
+        lab = "read-out bound (last LayerNorm and read-out)"
+        for v in (b.bound_low, b.bound_high):
+            ax.axhline(v, color="black", lw=1.0, ls="-.", label=lab)
+            lab = None
     if show_sat:
         lab = "saturation points (all prompts)"
         for v in (b.saturation_neg, b.saturation_pos):
