@@ -148,8 +148,26 @@ def deviant_parts(index: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=paired.PER_SEED_COLUMNS)
 
 
-BOUNDARY_ID = {"task", "scorer", "model", "seed", "step", "n_points", "predictor", "prompts", "sigma_f"}
-BOUNDARY_ID |= {"quantile", "n_samples", "eval", "protocol", "preset"}
+BOUNDARY_METRICS = (
+    "lower",
+    "upper",
+    "y_true_low",
+    "y_true_high",
+    "train_low",
+    "train_high",
+    "saturation_neg",
+    "saturation_pos",
+    "slope_neg",
+    "slope_pos",
+    "plateau_neg",
+    "plateau_pos",
+    "bound_low",
+    "bound_high",
+    "bound_abs",
+)
+"""The boundary table's estimates exported per seed (evaluation/boundary.py: quantiles of ŷ, y_true and
+training y; saturation points; the plateau's slope and level beyond the training range; the read-out
+bound from the checkpoint's last LayerNorm, NaN without one)."""
 
 
 def boundary_parts(index: pd.DataFrame) -> pd.DataFrame:
@@ -158,15 +176,8 @@ def boundary_parts(index: pd.DataFrame) -> pd.DataFrame:
         c = paired.read_cells(index, key, "boundary")
         if c.empty:
             continue
-        c = c[c.predictor == "model"]
-        metrics = [
-            col
-            for col in c.columns
-            if col not in BOUNDARY_ID
-            and col not in paired.JOB_COLUMNS
-            and col not in ("evaluation", "sign")
-            and pd.api.types.is_numeric_dtype(c[col])
-        ]
+        c = c[c.predictor.isin(["model", "least_squares"])]  # least squares: no boundary, slope 1
+        metrics = [m for m in BOUNDARY_METRICS if m in c.columns]
         long = c.melt(
             id_vars=[*paired.JOB_COLUMNS, "evaluation", "predictor", "prompts"],
             value_vars=metrics,
@@ -346,43 +357,38 @@ def claims(frame: pd.DataFrame) -> list[Claim]:
             )
         )
     bnd = (
-        frame[(frame.part == "boundary") & (frame.summary == "prompts=query_sweep")]
-        if "part" in frame
-        else frame[:0]
+        paired.select(frame, part="boundary", summary="prompts=query_sweep") if "part" in frame else frame[:0]
     )
     if len(bnd):
+        # the plateau's slope beyond the training range of y (1: extrapolates, 0: a plateau) where the
+        # evaluation stores it, else the 99.5% quantile of ŷ; against least squares (no boundary)
+        metric = "slope_pos" if bnd[bnd.metric == "slope_pos"].value.notna().any() else "upper"
+        where = {"task": "linear", "train_sigma": 1.0, "summary": "prompts=query_sweep"}
         specs = [
             Spec(
-                ARCH_TEXT.get(a, a) + f", {s}",
-                "upper",
-                {
-                    "task": "linear",
-                    "arch": a,
-                    "scorer": s,
-                    "train_sigma": 1.0,
-                    "summary": "prompts=query_sweep",
-                    "metric": "y_true_high",
-                },
-                {
-                    "task": "linear",
-                    "arch": a,
-                    "scorer": s,
-                    "train_sigma": 1.0,
-                    "summary": "prompts=query_sweep",
-                },
+                f"{ARCH_TEXT.get(a, a)}, {s}",
+                metric,
+                {**where, "arch": a, "scorer": s, "predictor": "least_squares"},
+                {**where, "arch": a, "scorer": s, "predictor": "model"},
                 -1,
             )
             for a in ARCH_TEXT
             for s in ("softmax", "ssa")
             if len(paired.select(bnd, arch=a, scorer=s))
         ]
+        what = (
+            "the slope of ŷ on y_true beyond the training range of y"
+            if metric == "slope_pos"
+            else "the 99.5% quantile of ŷ"
+        )
         out.append(
             Claim(
                 "boundary",
-                "On the query sweep the model's 99.5% quantile of ŷ stays below the true one's",
+                f"Query sweep: {what} is lower for the model than for least squares (no boundary), "
+                "in every architecture",
                 PAPER["boundary"],
                 specs,
-                "ŷ upper / y_true upper",
+                "model − least squares",
             )
         )
     if ax["sigma_f"]:
@@ -756,17 +762,18 @@ def deviant_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def boundary_table(frame: pd.DataFrame) -> pd.DataFrame:
-    b = paired.select(frame, part="boundary", summary="prompts=query_sweep")
+    """Per architecture × scorer × training σ (query sweep): the seed means of the boundary estimates."""
+    b = paired.select(frame, part="boundary", summary="prompts=query_sweep", predictor="model")
+    shown = ["upper", "y_true_high", "train_high", "saturation_pos", "slope_pos", "plateau_pos", "bound_high"]
+    b = b[b.metric.isin(shown)]
     if b.empty:
         return pd.DataFrame()
-    t = (
-        b.groupby(["arch", "scorer", "train_sigma", "metric"], sort=False)
-        .value.mean()
-        .unstack("metric")
-        .reset_index()
-    )
+    keys = ["arch", "scorer", "train_sigma"]
+    t = b.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean", sort=False)
+    t = t[[m for m in shown if m in t.columns]]
+    t["seeds"] = b.groupby(keys, sort=False).seed.nunique()
+    t = t.reset_index()
     t["arch"] = [ARCH_TEXT.get(a, a) for a in t.arch]
-    t["seeds"] = b.groupby(["arch", "scorer", "train_sigma"], sort=False).seed.nunique().to_numpy()
     return t.round(3)
 
 
@@ -846,20 +853,21 @@ def contrasts_against(
 
 
 def linear_table1(frame: pd.DataFrame) -> pd.DataFrame:
-    """MSE per σ_F at x ~ N(0, 1) (the paper's table 1): per scorer (core, seed mean) and the zero and
-    least-squares predictors."""
+    """MSE per σ_F at x ~ N(0, 1) (the paper's table 1): per scorer (core, seed mean) and the
+    baselines (zero, least squares, …)."""
     g = paired.select(frame, part="grid", group="core", arch="preln", task="linear")
     g = g[g.summary.str.endswith("sigma_x=1")]
     if g.empty:
         return pd.DataFrame()
+    g = g[(g.predictor == "model") | (g.scorer == "softmax")]  # baselines do not depend on the scorer
     g = g.assign(
         who=np.where(g.predictor == "model", g.scorer, "baseline: " + g.predictor),
-        sigma_f=g.summary.str.extract(r"sigma_f=([\d.]+)")[0],
+        sigma_f=g.summary.str.extract(r"sigma_f=([\d.]+)")[0].astype(float),
     )
-    g = g[(g.predictor == "model") | (g.scorer == "softmax")]
-    t = g.groupby(["who", "sigma_f"], sort=False).value.mean().unstack("sigma_f")
-    t.columns = [f"σ_F = {c}" for c in t.columns]
-    return t.reset_index().rename(columns={"who": "predictor"}).round(4)
+    t = g.pivot_table(index="who", columns="sigma_f", values="value", aggfunc="mean")
+    t.columns = [f"σ_F = {c:g}" for c in t.columns]
+    t = t.reset_index().rename(columns={"who": "predictor"})
+    return t.sort_values("predictor", key=lambda s: s.str.startswith("baseline")).round(4)
 
 
 def generalising(frame: pd.DataFrame, threshold: float = 0.1) -> pd.DataFrame:

@@ -304,7 +304,7 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
     lines += section(
         "Power for the effects seen",
         "Per contrast of the claims table: d_z = mean/SD of the per-seed differences, the power of "
-        "the paired test at the seeds used, and the seeds needed for 80% (`stats.seeds_needed`).",
+        "the paired test at the seeds used, and the seeds needed for 80% (counted up with `stats.power_paired`; at least 6, the fewest whose exact sign-flip test can reach p < 0.05).",
         paired.power_table(table) if len(table) else None,
     )
     lines += [
