@@ -105,7 +105,10 @@ def check_report(root: Path, out: Path) -> None:
         c = _stored_cells(Path(row.run_dir), "grid")
         raw = c[(c.metric == "sequence_error") & (c.predictor == "model") & (c.region == "in_distribution")]
         shown = grid[
-            (grid.job == f"every_num-softmax-preln-sigma1-s{seed}")
+            (grid.group == "core")
+            & (grid.task == "every_num")
+            & (grid.scorer == "softmax")
+            & (grid.seed == seed)
             & (grid.predictor == "model")
             & (grid.metric == "sequence_error")
             & (grid.summary == "region=in_distribution")

@@ -99,12 +99,13 @@ def grid_parts(index: pd.DataFrame) -> pd.DataFrame:
         if c.empty or "region" not in c:
             continue
         c = c[c.metric.isin(ERRORS)]
-        for r in REGIONS:
+        for r in REGIONS:  # every predictor, both errors
             out.append(paired.reduce(c, c.region == r, f"region={r}"))
+        c = c[(c.predictor == "model")]  # below: the model only (keeps the files small)
         at_train = c.length <= c.train_length
         for s in sorted(c.sigma_x.unique()):
             out.append(paired.reduce(c, at_train & np.isclose(c.sigma_x, s), f"train_lengths sigma={_g(s)}"))
-        m = c[c.predictor == "model"]
+        m = c[c.metric == "sequence_error"]
         out.append(
             m.assign(summary=[f"sigma={_g(s)} length={int(n)}" for s, n in zip(m.sigma_x, m.length)])[
                 paired.PER_SEED_COLUMNS
@@ -123,12 +124,28 @@ def grid_parts(index: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=paired.PER_SEED_COLUMNS)
 
 
+DEVIANT_METRICS = (
+    "sequence_error",
+    "error_at_inserted",
+    "error_after_inserted",
+    "error_elsewhere",
+    "follows_largest",
+    "attention_on_inserted",
+    "attention_on_inserted_max_head",
+    "uniform_share",
+    "mse",
+    "mse_inserted",
+    "mse_untouched",
+    "mse_after_inserted",
+)
+
+
 def deviant_parts(index: pd.DataFrame) -> pd.DataFrame:
     out = []
     for key in sorted(k for k in set(index.evaluation) if k.startswith("deviant")):
         c = paired.read_cells(index, key)
         if not c.empty:
-            c = c[c.predictor.isin(["model", "labels"])]
+            c = c[c.predictor.isin(["model", "labels"]) & c.metric.isin(DEVIANT_METRICS)]
             out.append(
                 c.assign(summary=[f"sign={s} M={_g(m)} k={int(k)}" for s, m, k in zip(c.sign, c.M, c.k)])[
                     paired.PER_SEED_COLUMNS
@@ -136,7 +153,8 @@ def deviant_parts(index: pd.DataFrame) -> pd.DataFrame:
             )
         a = paired.read_cells(index, key, "attention")
         if not a.empty and "layer" in a:
-            a = a[a["head"].astype(str).isin(["mean", "max", "uniform"])].assign(predictor="model")
+            # every layer, the heads' mean and the most attending head, k = 1 (the files stay small)
+            a = a[a["head"].astype(str).isin(["mean", "max"]) & (a.k == 1)].assign(predictor="model")
             out.append(
                 a.assign(
                     summary=[
@@ -184,6 +202,11 @@ def boundary_parts(index: pd.DataFrame) -> pd.DataFrame:
             var_name="metric",
             value_name="value",
         )
+        # least squares only where the boundary claim compares with it (the files stay small); no "all"
+        keep = (long.predictor == "model") | (
+            (long.prompts == "query_sweep") & long.metric.isin(["upper", "slope_pos"])
+        )
+        long = long[keep & (long.prompts != "all")]
         out.append(long.assign(summary="prompts=" + long.prompts.astype(str))[paired.PER_SEED_COLUMNS])
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=paired.PER_SEED_COLUMNS)
 
@@ -684,7 +707,7 @@ def deviant_grid_figure(frame: pd.DataFrame, task: str, out: Path) -> Path | Non
     parts = d.summary.str.extract(r"sign=(\w+) M=([\d.e+]+) k=(\d+)")
     d = d.assign(sign=parts[0], M=parts[1].astype(float), k=parts[2].astype(int))
     panels = list(d.groupby(["scorer", "sign"], sort=True))
-    fig, axs = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 2.4), squeeze=False)
+    fig, axs = plt.subplots(1, len(panels), figsize=(2.6 * len(panels) + 0.8, 2.8), squeeze=False)
     for a, ((scorer, sign), p) in zip(axs[0], panels):
         m = p.groupby(["k", "M"]).value.mean().unstack("M")
         im = a.imshow(
@@ -703,6 +726,7 @@ def deviant_grid_figure(frame: pd.DataFrame, task: str, out: Path) -> Path | Non
         a.set_ylabel("k", fontsize=7)
     fig.colorbar(im, ax=axs[0].tolist(), shrink=0.8)
     fig.suptitle(f"{TASK_TEXT.get(task, task)}: deviant {metric.replace('_', ' ')} (seed mean)", fontsize=8)
+    fig.subplots_adjust(top=0.78, bottom=0.2)
     return save(fig, out / f"deviant_{task}.png", formats=("png",), dpi=100)[0]
 
 
@@ -908,3 +932,45 @@ def generalising(frame: pd.DataFrame, threshold: float = 0.1) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+
+
+def boundary_figure(frame: pd.DataFrame, out: Path) -> Path | None:
+    """The 99.5% quantile of ŷ per architecture × scorer (query sweep, per seed), with the training range
+    of y, the true quantile and the mean read-out bound from the checkpoints as lines."""
+    b = paired.select(frame, part="boundary", summary="prompts=query_sweep", predictor="model")
+    up = b[b.metric == "upper"]
+    if up.empty:
+        return None
+    refs = {}
+    for metric, label in (("train_high", "y in training (99.5%)"), ("bound_high", "read-out bound (mean)")):
+        v = b[b.metric == metric].value.dropna()
+        if len(v):
+            refs[label] = float(v.mean())
+    up = up.assign(arch=up.arch.map(lambda a: ARCH_TEXT.get(a, a)))
+    return dots(
+        up,
+        "arch",
+        "scorer",
+        "linear, query sweep: 99.5% quantile of ŷ per seed",
+        "upper boundary of ŷ",
+        out / "boundary.png",
+        refs=refs,
+    )
+
+
+def linear_figure(frame: pd.DataFrame, out: Path) -> Path | None:
+    """MSE per σ_F at x ~ N(0, 1) per seed and scorer (core), the zero predictor's as a reference."""
+    g = paired.select(frame, part="grid", group="core", arch="preln", task="linear", predictor="model")
+    g = g[g.summary.str.endswith("sigma_x=1")]
+    if g.empty:
+        return None
+    g = g.assign(sigma_f="σ_F=" + g.summary.str.extract(r"sigma_f=([\d.]+)")[0])
+    return dots(
+        g,
+        "sigma_f",
+        "scorer",
+        "linear, x ~ N(0, 1): MSE per σ_F (the paper's table 1), per seed",
+        "MSE",
+        out / "linear_mse.png",
+        log=True,
+    )

@@ -31,7 +31,8 @@ from ssa_repro.core.atomic import write_text
 from ssa_repro.evaluation import stats
 from ssa_repro.evaluation.store import stored
 
-JOB_COLUMNS = ["group", "task", "scorer", "arch", "train_sigma", "seed", "job"]
+JOB_COLUMNS = ["group", "task", "scorer", "arch", "train_sigma", "seed"]
+"""What names a job (its folder name is made of them): the per-seed files leave the name out."""
 PER_SEED_COLUMNS = [*JOB_COLUMNS, "evaluation", "predictor", "metric", "summary", "value"]
 """A per-seed row: the job, the evaluation key, the predictor (``model`` or a baseline), the metric and
 which cell summary (e.g. ``sigma_shift``,
@@ -88,13 +89,16 @@ def reduce(cells: pd.DataFrame, mask, summary: str) -> pd.DataFrame:
 
 
 def export(parts: Mapping[str, pd.DataFrame], out_dir: Path) -> dict[str, Path]:
-    """``<out_dir>/per_seed_<part>.csv`` per part (sorted rows, values with 6 significant digits: small
+    """``<out_dir>/per_seed_<part>.csv`` per part (one row per job × predictor × metric × summary, sorted, values with 6 significant digits: small
     files, and the precision every number of the report is computed at); empty parts are skipped."""
     paths = {}
     for part, frame in parts.items():
         if frame is None or frame.empty:
             continue
         f = frame[PER_SEED_COLUMNS].sort_values(PER_SEED_COLUMNS[:-1], kind="stable")
+        # one value per job × predictor × metric × summary: where two evaluation keys of a study give the
+        # same summary (the same protocol run twice under two names), the first key's is kept
+        f = f.drop_duplicates([c for c in PER_SEED_COLUMNS if c not in ("evaluation", "value")])
         path = Path(out_dir) / f"per_seed_{part}.csv"
         write_text(path, f.to_csv(index=False, float_format="%.6g"))
         paths[part] = path
@@ -107,7 +111,7 @@ def read_back(paths: Mapping[str, Path]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=[*PER_SEED_COLUMNS, "part"])
     out = pd.concat(frames, ignore_index=True)
-    for c in ("group", "task", "scorer", "arch", "job", "evaluation", "predictor", "metric", "summary"):
+    for c in ("group", "task", "scorer", "arch", "evaluation", "predictor", "metric", "summary"):
         out[c] = out[c].astype(str)
     return out
 

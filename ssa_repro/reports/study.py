@@ -226,6 +226,10 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "`preln_nofinal` ends in LayerNorm + linear read-out, which bounds ŷ for any input.",
         icl.boundary_table(frame) if len(frame) else None,
     )
+    f = icl.boundary_figure(frame, figdir) if len(frame) else None
+    if f:
+        figs.append(f)
+        lines += [f"![boundary]({name}/{f.name})", ""]
     lines += section(
         "Architecture: LayerNorm placement × embedding LayerNorm",
         "Seed mean (min–max, seeds); pre-LN from the core group (its seeds), the others from the "
@@ -296,6 +300,10 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "Seed mean of the MSE per σ_F (σ_x = 1), with the zero predictor and least squares.",
         icl.linear_table1(frame) if len(frame) else None,
     )
+    f = icl.linear_figure(frame, figdir) if len(frame) else None
+    if f:
+        figs.append(f)
+        lines += [f"![linear MSE]({name}/{f.name})", ""]
     lines += section(
         "Seeds that generalise (bimodal outcomes)",
         "Seeds with sequence error below 0.1, softmax vs SSA, Fisher's exact test.",
