@@ -188,3 +188,79 @@ def test_runs_from_a_dirty_tree_are_flagged(tmp_path):
     text = provenance.commits_summary(starts)
     assert "`abcdef0` (2 starts)" in text and "1 run(s) started from a dirty tree" in text
     assert "1 run(s) have no provenance record" in text
+
+
+def _synthetic_per_seed(tmp_path) -> dict[str, Path]:
+    """Per-seed grid values of a made-up study: every_num, 10 core seeds, SSA 0.3 below softmax at σ = 16
+    (training lengths) in every seed; post-LN (6 seeds) near 0 where pre-LN fails; some_num no effect."""
+    rng = np.random.default_rng(0)
+    rows = []
+
+    def add(group, task, scorer, arch, seed, summary, value):
+        rows.append(
+            dict(
+                group=group,
+                task=task,
+                scorer=scorer,
+                arch=arch,
+                train_sigma=1.0,
+                seed=seed,
+                evaluation="grid_quantifier",
+                predictor="model",
+                metric="sequence_error",
+                summary=summary,
+                value=value,
+            )
+        )
+
+    for seed in range(10):
+        for task in ("every_num", "some_num"):
+            base = 0.6 + 0.1 * rng.standard_normal()
+            for scorer in ("softmax", "ssa"):
+                if scorer == "softmax":
+                    gap = 0.0
+                else:
+                    gap = -0.3 if task == "every_num" else 0.001 * rng.standard_normal()
+                add("core", task, scorer, "preln", seed, "region=in_distribution", 0.01)
+                add("core", task, scorer, "preln", seed, "train_lengths sigma=1", 0.01)
+                add("core", task, scorer, "preln", seed, "train_lengths sigma=16", base + gap)
+                add("core", task, scorer, "preln", seed, "sigma=1 length=80", 0.3 + 0.01 * seed)
+        if seed < 6:
+            for scorer in ("softmax", "ssa"):
+                add(
+                    "architecture",
+                    "every_num",
+                    scorer,
+                    "postln",
+                    seed,
+                    "train_lengths sigma=16",
+                    0.001 * seed,
+                )
+    path = tmp_path / "per_seed_grid.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return {"grid": path}
+
+
+def test_claims_are_per_task_and_findings_follow_the_rule_on_a_synthetic_study(tmp_path):
+    frame, claims, table, found = report.compute(_synthetic_per_seed(tmp_path))
+    ssa = table[table.claim == "ssa_quant"]
+    # one contrast per task and axis, never pooled; Holm within the claim (4 contrasts)
+    assert sorted(ssa.contrast) == sorted(
+        ["every_num, σ = 16", "every_num, length 80", "some_num, σ = 16", "some_num, length 80"]
+    )
+    every = ssa[ssa.contrast == "every_num, σ = 16"].iloc[0]
+    assert np.isclose(every.estimate, -0.3) and every.n_seeds == 10
+    assert np.isclose(every.p_value, 2 / 2**10) and np.isclose(every.p_holm, 4 * 2 / 2**10)
+    assert every.verdict == stats.YES
+    assert set(ssa[ssa.contrast.str.startswith("some_num")].verdict) == {stats.WITHIN}
+    assert every.claim_verdict == paired.PARTLY
+    # the architecture: 6 paired seeds (pre-LN from core), a family of two scorers: the smallest
+    # two-sided p, 2/2^6, times 2 is above 0.05, so the rule cannot call it (underpowered)
+    arch = table[table.claim == "architecture: postln"]
+    assert list(arch.n_seeds) == [6, 6] and (arch.estimate < -0.2).all()
+    assert set(arch.verdict) == {stats.UNDERPOWERED}
+    # the softmax σ-shift rise is called; findings: called rows only, largest in margins first
+    assert table[(table.claim == "sigma") & (table.contrast == "every_num")].verdict.item() == stats.YES
+    assert len(found) >= 2 and set(found.verdict) <= {stats.YES, stats.CONTRADICTED}
+    strength = (found.estimate.abs() / found.margin).to_numpy()
+    assert (np.diff(strength) <= 0).all()

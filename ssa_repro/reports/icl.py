@@ -510,36 +510,30 @@ def claims(frame: pd.DataFrame) -> list[Claim]:
             )
         )
     if s_max is not None:
+        # one claim per architecture against pre-LN (its family: the two scorers), led by the 2 × 2
         shift = f"train_lengths sigma={_g(s_max)}"
-        specs = [
-            Spec(
-                f"{ARCH_TEXT[a]}, {s}",
-                "sequence_error",
-                {
-                    "arch": "preln",
-                    "group": "core",
-                    "task": "every_num",
-                    "scorer": s,
-                    "predictor": "model",
-                    "summary": shift,
-                },
-                {"arch": a, "task": "every_num", "scorer": s, "predictor": "model", "summary": shift},
-                -1,
+        pre = {"arch": "preln", "group": "core", "task": "every_num", "predictor": "model", "summary": shift}
+        arch_claims = [
+            Claim(
+                f"architecture: {a}",
+                f"every_num at σ = {_g(s_max)} (training lengths): {ARCH_TEXT[a]} lowers the error against "
+                "pre-LN",
+                PAPER["architecture"],
+                [
+                    Spec(
+                        s,
+                        "sequence_error",
+                        {**pre, "scorer": s},
+                        {**pre, "group": "architecture", "arch": a, "scorer": s},
+                        -1,
+                    )
+                    for s in ("softmax", "ssa")
+                ],
+                f"{a} − pre-LN",
             )
             for a in ("postln", "preln_embln", "postln_noemb", "attn_only", "preln_nofinal")
-            for s in ("softmax", "ssa")
         ]
-        out.insert(
-            0,
-            Claim(
-                "architecture",
-                f"every_num at σ = {_g(s_max)} (training lengths): another LayerNorm "
-                "placement lowers the error against pre-LN",
-                PAPER["architecture"],
-                specs,
-                "architecture − pre-LN",
-            ),
-        )
+        out = arch_claims + out
     return out
 
 

@@ -247,17 +247,19 @@ def contrast_text(row) -> str:
 
 def findings(table: pd.DataFrame, n: int = 5, first: Sequence[str] = ()) -> pd.DataFrame:
     """The headline contrasts, by rule: those the decision rule calls (verdict "yes" or "contradicted"),
-    ranked by |estimate| / margin (the effect in units of what matters for the metric), at most one per
-    claim (its largest); the claims named in ``first`` (e.g. the architecture's) lead when called. At
-    most ``n`` rows."""
+        ranked by |estimate| / margin (the effect in units of what matters for the metric), at most one per
+        claim (its largest); the claims whose key starts with one in ``first`` (e.g. the architecture's) lead
+    when called. At
+        most ``n`` rows."""
     if table.empty:
         return table
     called = table[table.verdict.isin([stats.YES, stats.CONTRADICTED])].copy()
     if called.empty:
         return called
     called["strength"] = called.estimate.abs() / called.margin.where(called.margin > 0, np.nan)
-    best = called.sort_values("strength", ascending=False).groupby("claim", sort=False).head(1)
-    best["lead"] = [first.index(c) if c in first else len(first) for c in best.claim]
+    called["topic"] = called.claim.str.split(":").str[0]  # "architecture: postln" → "architecture"
+    best = called.sort_values("strength", ascending=False).groupby("topic", sort=False).head(1)
+    best["lead"] = [next((i for i, f in enumerate(first) if c.startswith(f)), len(first)) for c in best.claim]
     return best.sort_values(["lead", "strength"], ascending=[True, False]).head(n)
 
 
