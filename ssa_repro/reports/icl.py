@@ -73,14 +73,29 @@ PAPER = {
 
 
 def evaluations_for(setup: Mapping | None):
-    """task → the evaluation keys the study runs on it (by the key's prefix; for missing-data notes)."""
-    keys = list((setup or {}).get("evaluations", {}))
+    """task key → the evaluation keys the study runs on it (for the missing-data notes): grids by the
+    key's prefix and the task's kind; an evaluation with ``tasks:`` (registered task names) only on
+    those; deviant on every task, boundary on linear."""
+    setup = setup or {}
+    evals = setup.get("evaluations", {})
+
+    def registered(task: str) -> str:
+        ov = [o.split("=", 1)[1] for o in setup.get("tasks", {}).get(task, []) if o.startswith("task=")]
+        return ov[0] if ov else task
 
     def which(task: str) -> list[str]:
-        kind = "grid_linear" if task == "linear" else "grid_quantifier"
-        out = [k for k in keys if k.startswith(kind)]
-        out += [k for k in keys if k.startswith("deviant")]
-        out += [k for k in keys if k.startswith("boundary") and task == "linear"]
+        kind = "grid_linear" if registered(task) == "linear" else "grid_quantifier"
+        out = []
+        for key, spec in evals.items():
+            only = (spec or {}).get("tasks")
+            if only and registered(task) not in only:
+                continue
+            if (
+                key.startswith(kind)
+                or key.startswith("deviant")
+                or (key.startswith("boundary") and kind == "grid_linear")
+            ):
+                out.append(key)
         return out
 
     return which

@@ -83,9 +83,12 @@ def title(name: str, setup: dict | None) -> str:
 
 
 def claims_markdown(claims, table: pd.DataFrame) -> list[str]:
-    rows = []
+    rows, unmeasured = [], []
     for c in claims:
         t = table[table.claim == c.key] if len(table) else pd.DataFrame()
+        if t.empty:
+            unmeasured.append(c.claim)
+            continue
         measured = "; ".join(
             f"{r['contrast']}: {paired.contrast_text(r)} → {r['verdict']}" for _, r in t.iterrows()
         )
@@ -97,7 +100,10 @@ def claims_markdown(claims, table: pd.DataFrame) -> list[str]:
                 "verdict": paired.claim_verdict(list(t.verdict)) if len(t) else "not measured",
             }
         )
-    return [markdown_table(pd.DataFrame(rows))] if rows else ["No claim could be measured (see *Missing*)."]
+    out = [markdown_table(pd.DataFrame(rows))] if rows else ["No claim could be measured (see *Missing*)."]
+    if unmeasured:
+        out += ["", "Not measured (no paired data yet, see *Missing*): " + "; ".join(unmeasured) + "."]
+    return out
 
 
 def findings_markdown(found: pd.DataFrame, claims) -> list[str]:
