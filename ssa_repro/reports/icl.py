@@ -106,6 +106,18 @@ def _g(x) -> str:
     return f"{float(x):g}"
 
 
+def _model_or_one_baseline(c: pd.DataFrame) -> np.ndarray:
+    """The model's rows, and the baselines' of one job only (core softmax, its first seed): a baseline
+    sees the same prompts in every run (they depend on the evaluation's seed and the training length,
+    not the run), so one copy is all there is (and the per-seed files stay small)."""
+    model = (c.predictor == "model").to_numpy()
+    core = c[(c.group == "core") & (c.scorer == "softmax")]
+    if core.empty:
+        return model
+    first = (c.group == "core") & (c.scorer == "softmax") & (c.seed == core.seed.min())
+    return model | first.to_numpy()
+
+
 def grid_parts(index: pd.DataFrame) -> pd.DataFrame:
     """Per-seed rows of the grids (see the module)."""
     out = []
@@ -113,8 +125,8 @@ def grid_parts(index: pd.DataFrame) -> pd.DataFrame:
         c = paired.read_cells(index, key)
         if c.empty or "region" not in c:
             continue
-        c = c[c.metric.isin(ERRORS)]
-        for r in REGIONS:  # every predictor, both errors
+        c = c[c.metric.isin(ERRORS) & _model_or_one_baseline(c)]
+        for r in REGIONS:  # the model and the baselines, both errors
             out.append(paired.reduce(c, c.region == r, f"region={r}"))
         c = c[(c.predictor == "model")]  # below: the model only (keeps the files small)
         at_train = c.length <= c.train_length
@@ -130,7 +142,7 @@ def grid_parts(index: pd.DataFrame) -> pd.DataFrame:
         c = paired.read_cells(index, key)
         if c.empty:
             continue
-        c = c[c.metric == "mse"]
+        c = c[(c.metric == "mse") & _model_or_one_baseline(c)]
         out.append(
             c.assign(summary=[f"sigma_f={_g(f)} sigma_x={_g(x)}" for f, x in zip(c.sigma_f, c.sigma_x)])[
                 paired.PER_SEED_COLUMNS
@@ -161,6 +173,7 @@ def deviant_parts(index: pd.DataFrame) -> pd.DataFrame:
         c = paired.read_cells(index, key)
         if not c.empty:
             c = c[c.predictor.isin(["model", "labels"]) & c.metric.isin(DEVIANT_METRICS)]
+            c = c[(c.k == 1) | c.metric.isin(["sequence_error", "mse"])]  # k > 1: the M × k figure's metric
             out.append(
                 c.assign(summary=[f"sign={s} M={_g(m)} k={int(k)}" for s, m, k in zip(c.sign, c.M, c.k)])[
                     paired.PER_SEED_COLUMNS
@@ -218,9 +231,11 @@ def boundary_parts(index: pd.DataFrame) -> pd.DataFrame:
             value_name="value",
         )
         # least squares only where the boundary claim compares with it (the files stay small); no "all"
-        keep = (long.predictor == "model") | (
-            (long.prompts == "query_sweep") & long.metric.isin(["upper", "slope_pos"])
-        )
+        # the query sweep in full; the σ_F sets' boundaries; least squares only where the boundary claim
+        # compares with it (the files stay small)
+        sweep = long.prompts == "query_sweep"
+        keep = (long.predictor == "model") & (sweep | long.metric.isin(["lower", "upper", "y_true_high"]))
+        keep |= sweep & long.metric.isin(["upper", "slope_pos"])
         long = long[keep & (long.prompts != "all")]
         out.append(long.assign(summary="prompts=" + long.prompts.astype(str))[paired.PER_SEED_COLUMNS])
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=paired.PER_SEED_COLUMNS)
