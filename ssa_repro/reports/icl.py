@@ -540,7 +540,7 @@ def claims(frame: pd.DataFrame) -> list[Claim]:
             )
         )
     if s_max is not None:
-        # one claim per architecture against pre-LN (its family: the two scorers), led by the 2 × 2
+        # one claim per architecture against pre-LN (its family: the two scorers); the findings lead with them
         shift = f"train_lengths sigma={_g(s_max)}"
         pre = {"arch": "preln", "group": "core", "task": "every_num", "predictor": "model", "summary": shift}
         arch_claims = [
@@ -563,7 +563,7 @@ def claims(frame: pd.DataFrame) -> list[Claim]:
             )
             for a in ("postln", "preln_embln", "postln_noemb", "attn_only", "preln_nofinal")
         ]
-        out = arch_claims + out
+        out = out + arch_claims
     return out
 
 
