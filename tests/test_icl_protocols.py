@@ -14,6 +14,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from ssa_repro.cli import study
 from ssa_repro.evaluation import boundary as B
 from ssa_repro.evaluation import deviant as D
 from ssa_repro.evaluation.grid import GridConfig, GridEvaluation, region, training_length
@@ -438,3 +439,25 @@ def test_boundary_through_the_runner_stores_the_bound_and_plateau(tmp_path, arch
     model_rows = table[table.predictor == "model"]
     np.testing.assert_allclose(model_rows.bound_high, want["bound_high"], rtol=1e-9)
     assert table[table.predictor == "least_squares"].bound_high.isna().all()
+
+
+# ----------------------------------------------------------------------------- the study's settings
+def test_figures_off_writes_tables_only_in_the_same_protocol(tmp_path):
+    cfg = make_cfg("task=linear", "train.steps=2", "evaluation.enabled=false")
+    train(cfg, tmp_path / "run")
+    run = load_run(tmp_path / "run", CPU)
+    kw = dict(sigmas=[1.0], sigmas_f=[1.0, 2.0], lengths=[5], n_samples=1, batch_size=4)
+    off = evaluate(run, GridConfig(figures=False, **kw))
+    folder = tmp_path / "run" / "eval" / "grid" / off["protocol_id"]
+    assert off["figures"] == [] and not list(folder.glob("*.png")) and (folder / "results.csv").exists()
+    on = evaluate(run, GridConfig(force=True, **kw))  # the same protocol: figures are not part of it
+    assert on["protocol_id"] == off["protocol_id"] and on["figures"] and list(folder.glob("*.png"))
+
+
+def test_study_evaluations_by_task_kind_and_tasks_key():
+    icl = study.load("icl_cpu")
+    linear, every = study.evaluations(icl, "linear"), study.evaluations(icl, "every")
+    assert set(linear) == {"grid_linear", "grid_linear_sigma_f", "deviant", "boundary"}
+    assert set(every) == {"grid_quantifier", "deviant", "deviant_negative"}
+    assert "tasks" not in every["deviant_negative"] and every["deviant_negative"].sign.value == "negative"
+    assert every["deviant"].detail and not every["deviant"].figures

@@ -92,7 +92,8 @@ def jobs(study: DictConfig, extra: tuple[str, ...] = ()) -> list[Job]:
 
 def evaluations(study: DictConfig, task_name: str) -> dict[str, DictConfig]:
     """The study's evaluations that apply to a task (by what its declaration supports; the keys
-    ``grid_quantifier*`` and ``grid_linear*`` by its kind)."""
+    ``grid_quantifier*`` and ``grid_linear*`` by its kind; an evaluation's ``tasks``, registered task
+    names, restricts it to those)."""
     task = TASKS.get(task_name)
     kind = "grid_quantifier" if task.classification else "grid_linear"
     out = {}
@@ -102,6 +103,9 @@ def evaluations(study: DictConfig, task_name: str) -> dict[str, DictConfig]:
             continue
         if key.startswith("grid_") and not key.startswith(kind):
             continue
+        if settings.get("tasks") is not None and task_name not in settings.tasks:
+            continue
+        settings = OmegaConf.masked_copy(settings, [k for k in settings if k != "tasks"])
         out[key] = OmegaConf.merge(OmegaConf.structured(EVALUATORS.schemas[name]), settings)
     return out
 

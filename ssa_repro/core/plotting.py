@@ -3,6 +3,8 @@ annotated heat map (faceted by a third coordinate when it varies), and curves wi
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from pathlib import Path
 
 import matplotlib
@@ -16,10 +18,26 @@ from matplotlib.colors import LogNorm  # noqa: E402
 
 from ssa_repro.core.atomic import atomic_path  # noqa: E402
 
+_SAVING = contextvars.ContextVar("saving", default=True)
+
+
+@contextlib.contextmanager
+def saving(enabled: bool = True):
+    """Within it, :func:`save` writes figures only when ``enabled`` (off: it closes them, writes nothing
+    and returns no paths; rendering is most of an evaluation's cost on the CPU)."""
+    token = _SAVING.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _SAVING.reset(token)
+
 
 def save(fig, path: Path, formats=("png", "pdf"), dpi: int = 150) -> list[Path]:
     """Write ``fig`` as PNG (for people) and PDF (for papers) next to each other, each to a temporary
     name then renamed (a killed write never leaves a truncated figure); close it."""
+    if not _SAVING.get():
+        plt.close(fig)
+        return []
     out = [Path(path).with_suffix(f".{ext}") for ext in formats]
     for p in out:
         with atomic_path(p) as tmp:
@@ -105,8 +123,9 @@ def curves(
     path: Path,
     logy: bool = False,
     xlabel: str | None = None,
-) -> Path:
-    """One line per ``hue`` value of ``value`` against ``x``; legend outside the axes. Writes a PNG."""
+) -> list[Path]:
+    """One line per ``hue`` value of ``value`` against ``x``; legend outside the axes. Writes a PNG (its
+    path, in a list: empty while figures are off)."""
     many = frame[x].nunique() > 30  # markers would hide the lines
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
     palette = "viridis" if pd.api.types.is_numeric_dtype(frame[hue]) else None
@@ -128,4 +147,4 @@ def curves(
     ax.set_xlabel(xlabel or x)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    return save(fig, path, formats=("png",))[0]
+    return save(fig, path, formats=("png",))

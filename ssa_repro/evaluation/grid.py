@@ -364,7 +364,7 @@ class GridEvaluation(Evaluator):
             longest = in_dist.length.max()
             shown = in_dist[in_dist.length == longest]
             if metric.log_scale:
-                figs.append(
+                figs.extend(
                     plotting.curves(
                         shown,
                         "position",
@@ -382,7 +382,7 @@ class GridEvaluation(Evaluator):
                 acc = acc[acc.length == acc.length.max()].assign(
                     value=lambda f: 1 - f["value"], metric="accuracy"
                 )
-                figs.append(
+                figs.extend(
                     plotting.curves(
                         acc,
                         "position",

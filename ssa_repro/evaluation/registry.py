@@ -37,6 +37,7 @@ EVALUATORS: Registry = Registry("evaluation")
 class EvalConfig:
     name: str = "default"
     force: bool = False  # compute every asked-for cell again (new parts; the old ones stay on disk)
+    figures: bool = True  # false: tables and summary only, no figure files (not part of the protocol)
 
 
 class Evaluator:
@@ -59,7 +60,7 @@ class Evaluator:
     def protocol(self) -> dict:
         """Every setting but the axes (and ``name``, ``force``, ``preset``), and the version."""
         settings = OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True)
-        drop = {"name", "force", "preset", *self.axes}
+        drop = {"name", "force", "preset", "figures", *self.axes}
         return {"version": self.version, **{k: v for k, v in settings.items() if k not in drop}}
 
     def cells(self) -> list[dict]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
+from ssa_repro.core import plotting
 from ssa_repro.core.atomic import atomic_path, write_json
 from ssa_repro.evaluation.grid import GridConfig
 from ssa_repro.evaluation.loading import LoadedRun
@@ -97,14 +98,16 @@ def _concrete(cfg, run_cfg, task) -> tuple[object, list[str]]:
         merged = {**settings, **chosen}
     else:
         defaults = OmegaConf.to_container(OmegaConf.structured(DefaultConfig), enum_to_str=True)
-        changed = [k for k in given if k not in ("name", "force") and given[k] != defaults.get(k)]
+        changed = [k for k in given if k not in ("name", "force", "figures") and given[k] != defaults.get(k)]
         if changed and cfg.name == "default":  # (quick's grid keys do not apply to corpus tasks)
             return cfg, [
                 f"eval.{', eval.'.join(changed)} belong to the grid evaluation; task {run_cfg.task.name}'s "
                 f"default evaluation is eval={target} (its keys: {', '.join(_keys(schema))})"
             ]
         merged = dict(settings)
-    out = OmegaConf.merge(OmegaConf.structured(schema), {**merged, "force": bool(cfg.force)})
+    out = OmegaConf.merge(
+        OmegaConf.structured(schema), {**merged, "force": bool(cfg.force), "figures": bool(cfg.figures)}
+    )
     return out, []
 
 
@@ -177,7 +180,7 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
         was_training = run.model.training
         run.model.eval()
         try:
-            with Progress(len(missing), ev.name) as bar:
+            with Progress(len(missing), ev.name) as bar, plotting.saving(ev.cfg.figures):
                 for tables in ev.compute(run, missing, bar):
                     store.write({k: v.assign(**tags) for k, v in tables.items() if v is not None and len(v)})
                     if between is not None:
@@ -188,7 +191,8 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
     summary_path = store.dir / "summary.json"
     newest = max((p.stat().st_mtime for p in store.dir.glob("parts/*.csv")), default=0.0)
     if missing or not summary_path.exists() or summary_path.stat().st_mtime < newest:
-        summary = redraw(store, ev, run.title)
+        with plotting.saving(ev.cfg.figures):
+            summary = redraw(store, ev, run.title)
     else:  # nothing new: the derived files already show every stored cell (touch nothing)
         summary = json.loads(summary_path.read_text())
     summary.update(
