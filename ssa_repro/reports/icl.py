@@ -745,12 +745,17 @@ def deviant_grid_figure(frame: pd.DataFrame, task: str, out: Path) -> Path | Non
         a.set_yticks(range(m.shape[0]), [str(v) for v in m.index], fontsize=6)
         for (i, j), v in np.ndenumerate(m.to_numpy()):
             a.text(j, i, f"{v:.2g}", ha="center", va="center", fontsize=6, color="w")
-        a.set_title(f"{scorer}, {sign}", fontsize=7)
+        role = (
+            ""
+            if task == "linear"
+            else (" (adverse)" if ADVERSE[task.split("_")[0]] == sign else " (control)")
+        )
+        a.set_title(f"{scorer}, {sign}{role}", fontsize=7)
         a.set_xlabel("M", fontsize=7)
         a.set_ylabel("k", fontsize=7)
-    fig.colorbar(im, ax=axs[0].tolist(), shrink=0.8)
     fig.suptitle(f"{TASK_TEXT.get(task, task)}: deviant {metric.replace('_', ' ')} (seed mean)", fontsize=8)
-    fig.subplots_adjust(top=0.78, bottom=0.2)
+    fig.subplots_adjust(top=0.78, bottom=0.2, right=0.88)
+    fig.colorbar(im, cax=fig.add_axes([0.9, 0.2, 0.012, 0.58]))
     return save(fig, out / f"deviant_{task}.png", formats=("png",), dpi=100)[0]
 
 
