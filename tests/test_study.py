@@ -236,6 +236,10 @@ def _synthetic_per_seed(tmp_path) -> dict[str, Path]:
                     "train_lengths sigma=16",
                     0.001 * seed,
                 )
+        if seed < 5:  # a group the report does not know (a scale ladder's rung)
+            for scorer in ("softmax", "ssa"):
+                value = 0.5 - 0.1 * (scorer == "ssa")
+                add("ladder", "every_num", scorer, "C", seed, "train_lengths sigma=16", value)
     path = tmp_path / "per_seed_grid.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     return {"grid": path}
@@ -259,6 +263,10 @@ def test_claims_are_per_task_and_findings_follow_the_rule_on_a_synthetic_study(t
     arch = table[table.claim == "architecture: postln"]
     assert list(arch.n_seeds) == [6, 6] and (arch.estimate < -0.2).all()
     assert set(arch.verdict) == {stats.UNDERPOWERED}
+    # another group: SSA − softmax per architecture (rung), 5 paired seeds
+    ladder = table[table.claim == "ssa_ladder"]
+    assert list(ladder.contrast) == ["C, every_num, σ = 16"] and ladder.n_seeds.item() == 5
+    assert np.isclose(ladder.estimate.item(), -0.1)
     # the softmax σ-shift rise is called; findings: called rows only, largest in margins first
     assert table[(table.claim == "sigma") & (table.contrast == "every_num")].verdict.item() == stats.YES
     assert len(found) >= 2 and set(found.verdict) <= {stats.YES, stats.CONTRADICTED}

@@ -564,6 +564,45 @@ def claims(frame: pd.DataFrame) -> list[Claim]:
             for a in ("postln", "preln_embln", "postln_noemb", "attn_only", "preln_nofinal")
         ]
         out = out + arch_claims
+    # any other group (e.g. icl_scale's ladder): SSA − softmax per architecture (rung), σ shift on the
+    # quantifiers and the largest σ_F on linear
+    known = {"core", "architecture", "alternatives", "wide_inputs"}
+    for group in sorted(set(frame.group) - known):
+        g = frame[frame.group == group]
+        specs = []
+        for a in sorted(set(g.arch)):
+            at = {"group": group, "arch": a, "predictor": "model"}
+            for t in [t for t in QUANT if t in set(g.task)] if s_max is not None else []:
+                summ = f"train_lengths sigma={_g(s_max)}"
+                specs.append(
+                    Spec(
+                        f"{a}, {t}, σ = {_g(s_max)}",
+                        "sequence_error",
+                        {**at, "task": t, "scorer": "softmax", "summary": summ},
+                        {**at, "task": t, "scorer": "ssa", "summary": summ},
+                        -1,
+                    )
+                )
+            if ax["sigma_f"] and "linear" in set(g.task):
+                summ = f"sigma_f={_g(ax['sigma_f'][-1])} sigma_x=1"
+                specs.append(
+                    Spec(
+                        f"{a}, linear, σ_F = {_g(ax['sigma_f'][-1])}",
+                        "mse",
+                        {**at, "task": "linear", "scorer": "softmax", "summary": summ},
+                        {**at, "task": "linear", "scorer": "ssa", "summary": summ},
+                        -1,
+                    )
+                )
+        out.append(
+            Claim(
+                f"ssa_{group}",
+                f"SSA lowers the out-of-distribution error in group `{group}`, per architecture",
+                PAPER["ssa_quant"],
+                specs,
+                "SSA − softmax",
+            )
+        )
     return out
 
 

@@ -75,6 +75,12 @@ def title(name: str, setup: dict | None) -> str:
 
     size = f"{val('model.n_layer')}-layer, width-{val('model.n_embd')}"
     steps = val("train.steps")
+    sized = [a for a, ov in (setup or {}).get("archs", {}).items() if any("n_layer" in o for o in ov)]
+    if sized:  # the architectures set the size (a scale ladder)
+        return (
+            f"# {name}: what small transformers on a CPU ({', '.join(sized)}) can show about SSA's "
+            "in-context-learning claims as they grow — not the paper's scale"
+        )
     del base
     return (
         f"# {name}: what {size} transformers trained for {steps} steps on a CPU can show about SSA's "
