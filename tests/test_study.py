@@ -1,9 +1,12 @@
 """The study pipeline (scripts/study.py): every job of every shipped study is a valid run, and the quick
-study runs end to end with a claims table whose numbers read back from the stored cells."""
+study runs end to end, its per-seed CSVs read back against the stored cells and its claims table and
+findings recomputed from the published CSVs."""
 
 from __future__ import annotations
 
 import glob
+import itertools
+import json
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,8 @@ from omegaconf import OmegaConf
 from ssa_repro.cli import study
 from ssa_repro.cli.train_app import problems
 from ssa_repro.config import CONF_DIR
+from ssa_repro.evaluation import stats
+from ssa_repro.reports import paired, provenance
 from ssa_repro.reports import study as report
 
 STUDIES = sorted(p.stem for p in (CONF_DIR / "study").glob("*.yaml"))
@@ -56,36 +61,214 @@ def _stored_cells(run_dir: Path, evaluation: str) -> pd.DataFrame:
     return frame[frame.step == frame.step.max()]
 
 
+def _sign_flip_enumerated(d) -> float:
+    """The two-sided sign-flip p by brute force over all 2^n sign patterns (independent of stats.py)."""
+    d = np.asarray(d, dtype=float)
+    obs = abs(d.sum())
+    sums = [abs(np.dot(s, d)) for s in itertools.product([-1.0, 1.0], repeat=len(d))]
+    return float(np.mean([t >= obs - 1e-9 * np.abs(d).sum() for t in sums]))
+
+
 @pytest.mark.slow
-def test_quick_study_end_to_end_and_a_claim_reads_back(tmp_path):
+def test_quick_study_end_to_end_and_claims_read_back_from_the_csvs(tmp_path):
     root = study.run("quick", tmp_path / "quick", n_jobs=1)
     index = pd.read_csv(root / "index.csv")
     assert len(index.job.unique()) == len(study.jobs(study.load("quick")))
-    setup = OmegaConf.to_container(study.load("quick"))
-    path = report.write(root, tmp_path / "report", "quick", "pytest", setup)
-    text = path.read_text()
-    for section in ("## Claims", "## Setup", "## Did the models learn", "## Figures"):
-        assert section in text
-    assert "commit" in text and "train.steps=40" in text
-    figures = list((tmp_path / "report" / "quick").glob("*.png"))
-    assert figures and all(f.stat().st_size > 1000 for f in figures)
-
-    # the in-distribution sequence error of softmax on `every, numbers only`, as the learning table shows
-    # it, recomputed from the raw stored parts: mean over the σ = 1 cells at training lengths, then seeds
-    rows = index[(index.group == "core") & (index.task == "every_num") & (index.scorer == "softmax")]
-    rows = rows[rows.evaluation == "grid_quantifier"]
-    per_seed = []
-    for run_dir in rows.run_dir:
-        c = _stored_cells(Path(run_dir), "grid")
-        m = c[(c.metric == "sequence_error") & (c.predictor == "model")]
-        per_seed.append(m[(m.sigma_x == m.sigma_x.min()) & (m.length <= 21)]["value"].mean())
-    learn = report.learning_table(index)
-    assert len(per_seed) == 2
-    shown = learn[(learn.task == "every, numbers only") & (learn.scorer == "softmax")]
-    assert len(shown) == 1 and shown.seeds.item() == 2, learn
-    assert shown["in-distribution error"].item().startswith(f"{np.mean(per_seed):.3g} ["), (shown, per_seed)
+    check_report(root, tmp_path / "report")
 
     # resuming does no work: every job is finished and every cell stored
     before = sorted(p.stat().st_mtime_ns for p in root.rglob("parts/*.csv"))
     study.run("quick", root, n_jobs=1)
     assert sorted(p.stat().st_mtime_ns for p in root.rglob("parts/*.csv")) == before
+
+
+def check_report(root: Path, out: Path) -> None:
+    """The quick study's report from ``root`` into ``out``: its sections, figures and per-seed CSVs, a
+    per-seed value against the raw stored parts, and the claims and findings recomputed from the CSVs."""
+    index = pd.read_csv(root / "index.csv")
+    setup = OmegaConf.to_container(study.load("quick"))
+    path = report.write(root, out, "quick", "pytest", setup)
+    text = path.read_text()
+    for section in ("## Findings", "## The paper's claims", "**Decision rule**", "## Setup", "## Missing"):
+        assert section in text
+    assert "commit" in text and "train.steps=40" in text and "trained at commit" in text
+    figures = list((out / "quick").glob("*.png"))
+    assert figures and all(f.stat().st_size > 1000 for f in figures)
+    csvs = {p.stem.removeprefix("per_seed_"): p for p in (out / "quick").glob("per_seed_*.csv")}
+    assert {"grid", "deviant", "boundary"} <= set(csvs)
+
+    # a per-seed value against the raw stored parts: every_num softmax, in-distribution sequence error
+    grid = pd.read_csv(csvs["grid"])
+    rows = index[(index.group == "core") & (index.task == "every_num") & (index.scorer == "softmax")]
+    for row in rows[rows.evaluation == "grid_quantifier"].itertuples():
+        seed = row.seed
+        c = _stored_cells(Path(row.run_dir), "grid")
+        raw = c[(c.metric == "sequence_error") & (c.predictor == "model") & (c.region == "in_distribution")]
+        shown = grid[
+            (grid.group == "core")
+            & (grid.task == "every_num")
+            & (grid.scorer == "softmax")
+            & (grid.seed == seed)
+            & (grid.predictor == "model")
+            & (grid.metric == "sequence_error")
+            & (grid.summary == "region=in_distribution")
+        ]
+        assert len(shown) == 1 and np.isclose(shown.value.item(), raw.value.mean(), rtol=1e-5, atol=1e-9)
+
+    # the claims table and the findings, recomputed from the published CSVs alone
+    claims = pd.read_csv(out / "quick_claims.csv")
+    assert len(claims) and set(claims.verdict) <= {*stats.VERDICTS}
+    _, _, table, found = report.compute(csvs)
+    assert len(table) == len(claims)
+    for col in ("estimate", "low", "high", "p_value", "p_holm"):
+        assert np.allclose(
+            table[col].to_numpy(float), claims[col].to_numpy(float), rtol=1e-5, equal_nan=True
+        ), col
+    assert list(table.verdict) == list(claims.verdict)
+    for _, f in found.iterrows():  # every finding is a called row of the table, printed in the report
+        assert f["verdict"] in (stats.YES, stats.CONTRADICTED) and f["contrast"] in text
+
+    # one claim cell independently: SSA − softmax linear log-MSE at the largest σ_F, x ~ N(0, 1)
+    lin = grid[(grid.task == "linear") & (grid.group == "core") & (grid.predictor == "model")]
+    sf = max(float(s.split("=")[1].split()[0]) for s in lin.summary)
+    cell = lin[lin.summary == f"sigma_f={sf:g} sigma_x=1"].pivot(
+        index="seed", columns="scorer", values="value"
+    )
+    d = np.log(cell.ssa.to_numpy()) - np.log(cell.softmax.to_numpy())
+    row = claims[(claims.claim == "ssa_linear") & (claims.contrast == f"σ_F = {sf:g}")]
+    assert len(row) == 1 and row.n_seeds.item() == len(d) == 2
+    assert np.isclose(row.estimate.item(), d.mean(), rtol=1e-5)
+    assert np.isclose(row.p_value.item(), _sign_flip_enumerated(d))
+    family = claims[claims.claim == "ssa_linear"]
+    assert np.allclose(
+        family.p_holm,
+        np.minimum(
+            1, np.maximum.accumulate((len(family) - np.arange(len(family))) * np.sort(family.p_value))
+        )[np.argsort(np.argsort(family.p_value, kind="stable"))],
+    )
+
+
+def test_a_report_without_results_says_what_is_missing(tmp_path):
+    setup = OmegaConf.to_container(study.load("quick"))
+    path = report.write(tmp_path / "nothing", tmp_path / "out", "quick", "pytest", setup)
+    text = path.read_text()
+    assert "does not exist" in text and "group `core`: 0 of 8 jobs" in text
+    assert "No contrast is called" in text
+
+
+def test_claim_verdicts_and_the_findings_rule():
+    v = paired.claim_verdict
+    assert v([stats.YES, stats.YES]) == stats.YES
+    assert v([stats.YES, stats.UNDERPOWERED]) == paired.PARTLY
+    assert v([stats.CONTRADICTED, stats.WITHIN]) == stats.CONTRADICTED
+    assert v([stats.WITHIN, stats.WITHIN]) == stats.WITHIN
+    assert v([stats.WITHIN, stats.UNDERPOWERED]) == stats.UNDERPOWERED
+    table = pd.DataFrame(
+        {
+            "claim": ["a", "a", "b", "c", "architecture"],
+            "contrast": ["a1", "a2", "b1", "c1", "x"],
+            "estimate": [0.3, -0.5, 0.02, 0.9, 0.1],
+            "margin": [0.05, 0.05, 0.02, 0.05, 0.05],
+            "verdict": [stats.YES, stats.CONTRADICTED, stats.YES, stats.UNDERPOWERED, stats.YES],
+        }
+    )
+    found = paired.findings(table, n=3, first=["architecture"])
+    # called only (c1 is not), one per claim (a's largest in margins: a2), architecture first
+    assert list(found.contrast) == ["x", "a2", "b1"]
+
+
+def test_runs_from_a_dirty_tree_are_flagged(tmp_path):
+    for name, dirty in (("r1", False), ("r2", True)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "provenance.json").write_text(
+            json.dumps([{"time": "t", "git_commit": "abcdef0123", "git_dirty": dirty}])
+        )
+    starts = provenance.run_commits([tmp_path / "r1", tmp_path / "r2", tmp_path / "r3"])
+    assert list(starts.git_commit[:2]) == ["abcdef0", "abcdef0"]
+    text = provenance.commits_summary(starts)
+    assert "`abcdef0` (2 starts)" in text and "1 run(s) started from a dirty tree" in text
+    assert "1 run(s) have no provenance record" in text
+
+
+def _synthetic_per_seed(tmp_path) -> dict[str, Path]:
+    """Per-seed grid values of a made-up study: every_num, 10 core seeds, SSA 0.3 below softmax at σ = 16
+    (training lengths) in every seed; post-LN (6 seeds) near 0 where pre-LN fails; some_num no effect."""
+    rng = np.random.default_rng(0)
+    rows = []
+
+    def add(group, task, scorer, arch, seed, summary, value):
+        rows.append(
+            dict(
+                group=group,
+                task=task,
+                scorer=scorer,
+                arch=arch,
+                train_sigma=1.0,
+                seed=seed,
+                evaluation="grid_quantifier",
+                predictor="model",
+                metric="sequence_error",
+                summary=summary,
+                value=value,
+            )
+        )
+
+    for seed in range(10):
+        for task in ("every_num", "some_num"):
+            base = 0.6 + 0.1 * rng.standard_normal()
+            for scorer in ("softmax", "ssa"):
+                if scorer == "softmax":
+                    gap = 0.0
+                else:
+                    gap = -0.3 if task == "every_num" else 0.001 * rng.standard_normal()
+                add("core", task, scorer, "preln", seed, "region=in_distribution", 0.01)
+                add("core", task, scorer, "preln", seed, "train_lengths sigma=1", 0.01)
+                add("core", task, scorer, "preln", seed, "train_lengths sigma=16", base + gap)
+                add("core", task, scorer, "preln", seed, "sigma=1 length=80", 0.3 + 0.01 * seed)
+        if seed < 6:
+            for scorer in ("softmax", "ssa"):
+                add(
+                    "architecture",
+                    "every_num",
+                    scorer,
+                    "postln",
+                    seed,
+                    "train_lengths sigma=16",
+                    0.001 * seed,
+                )
+        if seed < 5:  # a group the report does not know (a scale ladder's rung)
+            for scorer in ("softmax", "ssa"):
+                value = 0.5 - 0.1 * (scorer == "ssa")
+                add("ladder", "every_num", scorer, "C", seed, "train_lengths sigma=16", value)
+    path = tmp_path / "per_seed_grid.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return {"grid": path}
+
+
+def test_claims_are_per_task_and_findings_follow_the_rule_on_a_synthetic_study(tmp_path):
+    frame, claims, table, found = report.compute(_synthetic_per_seed(tmp_path))
+    ssa = table[table.claim == "ssa_quant"]
+    # one contrast per task and axis, never pooled; Holm within the claim (4 contrasts)
+    assert sorted(ssa.contrast) == sorted(
+        ["every_num, σ = 16", "every_num, length 80", "some_num, σ = 16", "some_num, length 80"]
+    )
+    every = ssa[ssa.contrast == "every_num, σ = 16"].iloc[0]
+    assert np.isclose(every.estimate, -0.3) and every.n_seeds == 10
+    assert np.isclose(every.p_value, 2 / 2**10) and np.isclose(every.p_holm, 4 * 2 / 2**10)
+    assert every.verdict == stats.YES
+    assert set(ssa[ssa.contrast.str.startswith("some_num")].verdict) == {stats.WITHIN}
+    assert every.claim_verdict == paired.PARTLY
+    # the architecture: 6 paired seeds (pre-LN from core), a family of two scorers: the smallest
+    # two-sided p, 2/2^6, times 2 is above 0.05, so the rule cannot call it (underpowered)
+    arch = table[table.claim == "architecture: postln"]
+    assert list(arch.n_seeds) == [6, 6] and (arch.estimate < -0.2).all()
+    assert set(arch.verdict) == {stats.UNDERPOWERED}
+    # another group: SSA − softmax per architecture (rung), 5 paired seeds
+    ladder = table[table.claim == "ssa_ladder"]
+    assert list(ladder.contrast) == ["C, every_num, σ = 16"] and ladder.n_seeds.item() == 5
+    assert np.isclose(ladder.estimate.item(), -0.1)
+    # the softmax σ-shift rise is called; findings: called rows only, largest in margins first
+    assert table[(table.claim == "sigma") & (table.contrast == "every_num")].verdict.item() == stats.YES
+    assert len(found) >= 2 and set(found.verdict) <= {stats.YES, stats.CONTRADICTED}
+    strength = (found.estimate.abs() / found.margin).to_numpy()
+    assert (np.diff(strength) <= 0).all()

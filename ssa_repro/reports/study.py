@@ -1,462 +1,356 @@
-"""The report of a study, generated from its stored results alone (``python scripts/study.py ... --report``).
+"""The report of a study, generated from its stored results alone (``python scripts/study.py ... --report-only``).
 
-Reads ``<root>/index.csv`` (job → run folder, evaluation protocols) and every job's stored cells, and
-writes ``<out>/<name>.md`` with small PNG figures beside it (``<out>/<name>/``): the claims table (for
-each ICL claim of the paper: what the paper says, what was measured — mean and 95% interval over
-seeds —, reproduced yes / no / partly, and what the architecture ablations say), whether the models
-learnt their tasks in distribution, and one section per claim with its figure. A difference between
-two settings is called only where their seed intervals do not overlap.
+Findings first. Reads ``<root>/index.csv`` (job → run folder, evaluation protocols) and every job's stored
+cells, reduces them to per-seed values and writes them as tidy CSVs
+(``<out>/<name>/per_seed_<part>.csv``); everything below is computed from those CSVs as read back, so
+it can be recomputed from the published files (tests/test_study.py does). Then ``<out>/<name>.md``:
+
+1. a title that says what models of this size can and cannot show; the provenance (the report's commit,
+   command, machine and the study's wall time; the runs' commits from their provenance.json, a dirty
+   tree flagged);
+2. 3–5 findings, picked by rule (:func:`paired.findings`: the called contrasts with the largest effect in
+   units of their margin, one per claim, the architecture first when called);
+3. the claims table: every claim of the paper with its words, one paired contrast per task (b − a over
+   paired seeds: estimate, bootstrap interval, sign-flip p Holm-adjusted within the claim, seeds), the
+   verdict per contrast and per claim, and the decision rule with its simulated error rates;
+4. the sections per axis (σ and length shift apart, the out-of-distribution cells, deviant prompts,
+   boundary values, the architecture, alternatives, wide inputs, linear MSE per σ_F, seeds that
+   generalise, power), each with small PNG figures with per-seed dots;
+5. what is missing (groups or evaluations not yet stored), and the setup.
+
+``<out>/<name>_claims.csv`` holds the claims table's numbers. The ICL-specific parts are in
+``reports/icl.py``; the generic ones in ``reports/paired.py`` and ``reports/provenance.py``.
 """
 
 from __future__ import annotations
 
-import os
-import platform
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ssa_repro.core.atomic import write_text
-from ssa_repro.core.plotting import plt, save
-from ssa_repro.evaluation.intervals import seed_interval
-from ssa_repro.evaluation.store import stored
-from ssa_repro.reports import compare, figures
-from ssa_repro.reports.aggregate import separated
+from ssa_repro.evaluation import stats
+from ssa_repro.reports import icl, paired, provenance
 from ssa_repro.reports.tables import markdown_table
 
-QUANT = ("every_ctx", "every_num", "some_ctx", "some_num")
-TASK_TEXT = {
-    "linear": "linear a·x + b",
-    "every_ctx": "every, labels in context",
-    "every_num": "every, numbers only",
-    "some_ctx": "some, labels in context",
-    "some_num": "some, numbers only",
-}
+CLAIM_COLUMNS = [
+    "claim",
+    "contrast",
+    "metric",
+    "n_seeds",
+    "mean_a",
+    "mean_b",
+    "estimate",
+    "low",
+    "high",
+    "p_value",
+    "p_holm",
+    "p_holm_table",
+    "verdict",
+    "margin",
+    "scale",
+    "effect_size",
+]
 
 
-# ------------------------------------------------------------------ reading
-def cells(row) -> pd.DataFrame:
-    """The stored results of one index row (its job's evaluation protocol), newest step."""
-    store = next(s for s in stored(row.run_dir, row.eval) if s.id == row.protocol_id)
-    frame = store.read("results")
-    return frame[frame["step"] == frame["step"].max()]
+def compute(paths: dict[str, Path]) -> tuple[pd.DataFrame, list, pd.DataFrame, pd.DataFrame]:
+    """From the published per-seed CSVs: (the per-seed frame, the claims, the claims table, the
+    findings). The test recomputes the report's numbers with this from the CSVs alone."""
+    frame = paired.read_back(paths)
+    claims = icl.claims(frame) if len(frame) else []
+    table = paired.claims_table(frame, claims) if claims else pd.DataFrame()
+    if len(table):
+        per_claim = table.groupby("claim", sort=False).verdict.agg(lambda v: paired.claim_verdict(list(v)))
+        table["claim_verdict"] = table.claim.map(per_claim)
+    found = paired.findings(table, n=5, first=["architecture"]) if len(table) else pd.DataFrame()
+    return frame, claims, table, found
 
 
-def per_job(index: pd.DataFrame, evaluation: str, fn) -> pd.DataFrame:
-    """``fn(cells) -> dict`` of numbers for every job's ``evaluation``; one row per job."""
-    rows = []
-    for row in index[index.evaluation == evaluation].itertuples():
+def title(name: str, setup: dict | None) -> str:
+    base = " ".join((setup or {}).get("base", []))
+
+    def val(key, default="?"):
+        hit = [o.split("=", 1)[1] for o in (setup or {}).get("base", []) if o.startswith(key + "=")]
+        return hit[0] if hit else default
+
+    size = f"{val('model.n_layer')}-layer, width-{val('model.n_embd')}"
+    steps = val("train.steps")
+    sized = [a for a, ov in (setup or {}).get("archs", {}).items() if any("n_layer" in o for o in ov)]
+    if sized:  # the architectures set the size (a scale ladder)
+        return (
+            f"# {name}: what small transformers on a CPU ({', '.join(sized)}) can show about SSA's "
+            "in-context-learning claims as they grow — not the paper's scale"
+        )
+    del base
+    return (
+        f"# {name}: what {size} transformers trained for {steps} steps on a CPU can show about SSA's "
+        "in-context-learning claims — failure modes and the role of LayerNorm, not the paper's scale"
+    )
+
+
+def claims_markdown(claims, table: pd.DataFrame) -> list[str]:
+    rows, unmeasured = [], []
+    for c in claims:
+        t = table[table.claim == c.key] if len(table) else pd.DataFrame()
+        if t.empty:
+            unmeasured.append(c.claim)
+            continue
+        measured = "; ".join(
+            f"{r['contrast']}: {paired.contrast_text(r)} → {r['verdict']}" for _, r in t.iterrows()
+        )
         rows.append(
             {
-                "group": row.group,
-                "task": row.task,
-                "scorer": row.scorer,
-                "arch": row.arch,
-                "train_sigma": row.train_sigma,
-                "seed": row.seed,
-                **fn(cells(row)),
+                "claim (tested as)": c.claim,
+                "the paper's words": c.paper,
+                "measured (b − a per contrast)": f"*{c.contrast_text}* — " + (measured or "no data"),
+                "verdict": paired.claim_verdict(list(t.verdict)) if len(t) else "not measured",
             }
         )
-    return pd.DataFrame(rows)
-
-
-def _cell_value(frame, metric, predictor="model", **where):
-    sel = frame[(frame.metric == metric) & (frame.predictor == predictor)]
-    for k, v in where.items():
-        sel = sel[np.isclose(sel[k].astype(float), v)] if isinstance(v, float) else sel[sel[k] == v]
-    return float(sel["value"].mean()) if len(sel) else np.nan
-
-
-@dataclass
-class Number:
-    """A number over seeds: its mean and 95% interval (``seed_interval``)."""
-
-    mean: float
-    low: float
-    high: float
-    n: int
-
-    @classmethod
-    def of(cls, values, kind: str) -> Number:
-        s = seed_interval(np.asarray(values, dtype=float), kind)
-        return cls(s["mean"], s["ci_low"], s["ci_high"], s["n_seeds"])
-
-    def text(self, fmt: str = ".3g") -> str:
-        if np.isnan(self.mean):
-            return "n/a"
-        ci = "" if np.isnan(self.low) else f" [{self.low:{fmt}}, {self.high:{fmt}}]"
-        return f"{self.mean:{fmt}}{ci}"
-
-    def interval(self) -> dict:
-        return {"ci_low": self.low, "ci_high": self.high}
-
-
-def agg(frame: pd.DataFrame, column: str, kind: str, **where) -> Number:
-    sel = frame
-    for k, v in where.items():
-        sel = sel[sel[k] == v]
-    return Number.of(sel[column].to_numpy(float), kind)
-
-
-def verdict(a: Number, b: Number) -> str:
-    """'lower' / 'higher' when the seed intervals separate (a against b), else 'not separated'."""
-    if not separated(a.interval(), b.interval()):
-        return "not separated"
-    return "lower" if a.mean < b.mean else "higher"
-
-
-# ------------------------------------------------------------------ numbers per job
-def grid_numbers(c: pd.DataFrame) -> dict:
-    if "mse" in set(c.metric):
-        return {
-            "in_dist": _cell_value(c, "mse", sigma_f=1.0, sigma_x=1.0),
-            "grid_mean": float(
-                np.exp(
-                    np.log(
-                        c[(c.metric == "mse") & (c.predictor == "model")]["value"].clip(lower=1e-12)
-                    ).mean()
-                )
-            ),
-            "least_squares": _cell_value(c, "mse", "least_squares", sigma_f=1.0, sigma_x=1.0),
-            "zero": _cell_value(c, "mse", "zero", sigma_f=1.0, sigma_x=1.0),
-        }
-    m = c[(c.metric == "sequence_error") & (c.predictor == "model")]
-    lengths = sorted(m.length.unique())
-    train_lengths = [n for n in lengths if n <= 21] or lengths[:1]
-    return {
-        "in_dist": float(m[(m.sigma_x == m.sigma_x.min()) & m.length.isin(train_lengths)]["value"].mean()),
-        "shifted": float(m[m.sigma_x == m.sigma_x.max()]["value"].mean()),
-        "longer": float(m[(m.sigma_x == m.sigma_x.min()) & ~m.length.isin(train_lengths)]["value"].mean()),
-        "grid_mean": float(m["value"].mean()),
-    }
-
-
-def deviant_numbers(c: pd.DataFrame) -> dict:
-    m = float(c.M.max())
-    k = int(c.k.min())
-    out = {
-        "attention": _cell_value(c, "attention_on_inserted", M=m, k=k),
-        "uniform": _cell_value(c, "uniform_share", M=m, k=k),
-        "attention_max_head": _cell_value(c, "attention_on_inserted_max_head", M=m, k=k),
-    }
-    if "follows_largest" in set(c.metric):
-        out.update(
-            follows=_cell_value(c, "follows_largest", M=m, k=k),
-            follows_labels=_cell_value(c, "follows_largest", "labels", M=m, k=k),
-            error=_cell_value(c, "sequence_error", M=m, k=k),
-            error_m1=_cell_value(c, "sequence_error", M=1.0, k=k),
-        )
-    else:
-        out.update(error=_cell_value(c, "mse_inserted", M=m, k=k))
+    out = [markdown_table(pd.DataFrame(rows))] if rows else ["No claim could be measured (see *Missing*)."]
+    if unmeasured:
+        out += ["", "Not measured (no paired data yet, see *Missing*): " + "; ".join(unmeasured) + "."]
     return out
 
 
-def boundary_numbers(c: pd.DataFrame) -> dict:
-    def metric(name, predictor="model"):
-        return float(
-            c[(c.metric == name) & (c.predictor == predictor) & (c.variant == "query_sweep")]["value"].mean()
+def findings_markdown(found: pd.DataFrame, claims) -> list[str]:
+    if found.empty:
+        return ["No contrast is called by the decision rule yet (see the claims table and *Missing*)."]
+    text = {c.key: c for c in claims}
+    lines = []
+    for i, (_, r) in enumerate(found.iterrows(), 1):
+        c = text[r["claim"]]
+        lines.append(
+            f"{i}. **{c.claim}** — {r['contrast']}: {c.contrast_text} = {paired.contrast_text(r)} "
+            f"({r['verdict']}; a {r['mean_a']:.3g} → b {r['mean_b']:.3g}; |effect| = "
+            f"{abs(r['estimate']) / r['margin']:.1f} margins)."
         )
-
-    return {
-        "upper": metric("upper"),
-        "lower": metric("lower"),
-        "true_high": metric("y_true_high"),
-        "true_low": metric("y_true_low"),
-        "ls_upper": metric("upper", "least_squares"),
-    }
+    return lines
 
 
-# ------------------------------------------------------------------ figures
-def heatmaps(index: pd.DataFrame, task: str, out: Path) -> list[Path]:
-    """Seed-mean heat maps per scorer (core group) on one scale, and the differences against softmax."""
-    rows = index[(index.group == "core") & (index.task == task) & index.evaluation.str.startswith("grid")]
-    if rows.empty:
-        return []
-    comp = compare.collect(sorted(set(rows.run_dir)), eval=rows.protocol_id.iloc[0], group_by=["scorer"])
-    grids = figures.plot_grids(comp, out / f"grid_{task}", formats=("png",))  # docs/: small PNGs only
-    diff = figures.plot_difference(comp, "scorer=softmax", path=out / f"difference_{task}", formats=("png",))
-    plt.close(grids.fig)
-    if diff is not None:
-        plt.close(diff.fig)
-    return grids.paths + (diff.paths if diff else [])
-
-
-def bars(
-    frame: pd.DataFrame, column: str, by: list[str], title: str, ylabel: str, path: Path, kind: str, ref=None
-) -> Path:
-    """Seed mean ± interval of ``column`` per ``by`` setting (one bar each)."""
-    groups = [(key, Number.of(g[column], kind)) for key, g in frame.groupby(by, sort=False)]
-    fig, ax = plt.subplots(figsize=(max(4.5, 0.6 * len(groups) + 1.5), 3.2))
-    x = np.arange(len(groups))
-    means = [n.mean for _, n in groups]
-    err = [
-        [n.mean - n.low if not np.isnan(n.low) else 0 for _, n in groups],
-        [n.high - n.mean if not np.isnan(n.high) else 0 for _, n in groups],
+def rule_markdown(table: pd.DataFrame) -> list[str]:
+    seeds = sorted(set(int(n) for n in table.n_seeds)) if len(table) else []
+    lines = [
+        "**Decision rule** (docs/statistics.md). Per contrast, b − a per seed (same seed: same initial "
+        "weights and training prompts; same evaluation prompts), averaged over seeds; a 95% expanded "
+        "percentile bootstrap interval over seeds; the exact sign-flip p over seeds, Holm-adjusted across "
+        "the contrasts of the claim (one per task; `p_holm_table` in the CSV adjusts across the whole "
+        "table). *yes*: the interval excludes 0 on the claimed side and p_Holm < 0.05; *contradicted*: the "
+        "same on the other side; *not detected (within ±m)*: the interval inside ±m (m per metric: "
+        + ", ".join(f"{k} {v:.3g}" for k, v in list(stats.MARGINS.items())[:4])
+        + ", MSE ±log 1.1 on the log scale); otherwise *not detected (underpowered)*. A claim: *yes* if "
+        "every contrast is, *partly* if some are, else *contradicted* if any is, *within ±m* if all are, "
+        "else underpowered. With n seeds the smallest two-sided p is 2^(1−n) (0.031 at 6 seeds, 0.002 at "
+        "10): with 6 seeds no contrast survives Holm in a family of two or more.",
     ]
-    ax.bar(x, means, yerr=err, capsize=3, color="C0")
-    if ref is not None:
-        ax.plot(
-            x,
+    if seeds:
+        rates = paired.rule_error_rates(seeds)
+        lines += [
+            "",
+            "Simulated (normal seed outcomes, within-seed correlation ρ = 0.5, 400 replications, "
+            "`stats.simulate_rule`, at this study's seed counts): how often one contrast is called, before "
+            "Holm (Δ = 0: the false-positive rate, either direction; Δ > 0: detection in the claimed "
+            "direction), beside the old overlap rule and the paired t test. Monte Carlo SE about ±0.01–0.025.",
+            "",
+            markdown_table(rates.round(3)),
+        ]
+    return lines
+
+
+def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None = None) -> Path:
+    """``<out_dir>/<name>.md``, its figures and per-seed CSVs in ``<out_dir>/<name>/``; returns the
+    markdown's path. ``setup``: the study's config (conf/study/<name>.yaml as a dict), stated in the
+    report and used to name what is missing. Missing data (no index yet, groups or evaluations not
+    stored) are reported, not raised."""
+    root, out_dir = Path(root), Path(out_dir)
+    figdir = out_dir / name
+    figdir.mkdir(parents=True, exist_ok=True)
+    index_path = root / "index.csv"
+    index = pd.read_csv(index_path) if index_path.exists() else None
+    parts = icl.per_seed(index) if index is not None else {}
+    paths = paired.export(parts, figdir)
+    frame, claims, table, found = compute(paths)
+    wall_file = root / "wall_seconds.txt"
+    walls = [float(x) for x in wall_file.read_text().split()] if wall_file.exists() else []
+    run_dirs = (
+        index.run_dir.unique()
+        if index is not None
+        else sorted(str(p.parent) for p in root.glob("runs/*/*/provenance.json"))
+    )
+    starts = provenance.run_commits(run_dirs)
+    missing = paired.missing_jobs(index, setup, icl.evaluations_for(setup))
+    if index is None:
+        missing.insert(0, f"`{index_path}` does not exist: no job has been evaluated and indexed yet")
+
+    lines = [
+        title(name, setup),
+        "",
+        provenance.header(command, walls),
+        provenance.commits_summary(starts),
+        f"Per-seed values: {', '.join(f'[`{p.name}`]({name}/{p.name})' for p in paths.values()) or 'none'} "
+        f"(one row per job × predictor × metric × cell summary; every number below is computed from them).",
+        "",
+        "## Findings",
+        "",
+        *findings_markdown(found, claims),
+        "",
+        "## The paper's claims",
+        "",
+        *claims_markdown(claims, table),
+        "",
+        *rule_markdown(table),
+        "",
+    ]
+    figs = []
+    lines += section(
+        "Did the models learn, and σ shift vs length shift (apart)",
+        "Sequence and token error per shift region (σ shift: another σ at training lengths; "
+        "length shift: the training σ, longer prompts), seed mean (min–max, seeds), with the "
+        "label-rule baselines (they do not depend on the scorer).",
+        icl.shift_table(frame) if len(frame) else None,
+    )
+    for task in icl.QUANT:
+        f = icl.shift_figure(frame, task, figdir) if len(frame) else None
+        if f:
+            figs.append(f)
+            lines += [f"![shift {task}]({name}/{f.name})", ""]
+    lines += section(
+        "Where the out-of-distribution effects are",
+        "SSA − softmax per cell of the largest-σ row and the longest length (not diluted by the "
+        "grid mean), paired by seed, Holm within each task.",
+        icl.ood_table(frame) if len(frame) else None,
+    )
+    lines += section(
+        "Deviant prompts",
+        "Largest M, k = 1, per insertion sign (adverse: following the inserted value is wrong; "
+        "control: it is right): errors at the inserted token vs after it vs elsewhere, how often "
+        "predictions follow it (beside the labels), attention on it per layer (heads' mean and "
+        "the most attending head) and the uniform share. Seed means.",
+        icl.deviant_table(frame) if len(frame) else None,
+    )
+    for task in [*icl.QUANT, "linear"]:
+        f = icl.deviant_grid_figure(frame, task, figdir) if len(frame) else None
+        if f:
+            figs.append(f)
+            lines += [f"![deviant {task}]({name}/{f.name})", ""]
+    lines += section(
+        "Boundary values",
+        "Query sweep, per architecture: the 99.5% quantile of ŷ (`upper`), of y_true "
+        "(`y_true_high`) and of y in training (`train_high`), the saturation point and any "
+        "plateau or read-out bound the evaluation stores; seed means. Every arm but "
+        "`preln_nofinal` ends in LayerNorm + linear read-out, which bounds ŷ for any input.",
+        icl.boundary_table(frame) if len(frame) else None,
+    )
+    f = icl.boundary_figure(frame, figdir) if len(frame) else None
+    if f:
+        figs.append(f)
+        lines += [f"![boundary]({name}/{f.name})", ""]
+    lines += section(
+        "Architecture: LayerNorm placement × embedding LayerNorm",
+        "Seed mean (min–max, seeds); pre-LN from the core group (its seeds), the others from the "
+        "architecture group. The contrasts are the claims table's `architecture` row.",
+        icl.architecture_table(frame) if len(frame) else None,
+    )
+    arch = (
+        paired.select(frame, part="grid", predictor="model", task="every_num", train_sigma=1.0)
+        if len(frame)
+        else frame
+    )
+    ax = icl.axes(frame) if len(frame) else {}
+    if len(arch) and ax.get("sigma_max") is not None:
+        a = arch[
+            (arch.summary == f"train_lengths sigma={icl._g(ax['sigma_max'])}")
+            & arch.group.isin(["core", "architecture"])
+        ]
+        f = icl.dots(
+            a.assign(arch=a.arch.map(lambda x: icl.ARCH_TEXT.get(x, x))),
+            "arch",
+            "scorer",
+            f"every_num, σ = {icl._g(ax['sigma_max'])} at training lengths, per seed",
+            "sequence error",
+            figdir / "architecture.png",
+        )
+        if f:
+            figs.append(f)
+            lines += [f"![architecture]({name}/{f.name})", ""]
+    if len(frame) and ax.get("sigma_max") is not None:
+        summaries = {
+            f"train_lengths sigma={icl._g(ax['sigma_max'])}": f"σ = {icl._g(ax['sigma_max'])}",
+            f"sigma={icl._g(ax['sigma_min'])} length={ax['length_max']}": f"length {ax['length_max']}",
+        }
+        if ax["sigma_f"]:
+            summaries[f"sigma_f={icl._g(ax['sigma_f'][-1])} sigma_x=1"] = f"σ_F = {icl._g(ax['sigma_f'][-1])}"
+        alt = icl.contrasts_against(frame, "alternatives", summaries)
+    else:
+        alt = None
+    lines += section(
+        "Alternatives (temperature is the negative control)",
+        "The learnable per-head temperature can be absorbed into W_Q: it computes softmax's "
+        "function class, so its difference from softmax is the noise floor between scorers.",
+        alt,
+    )
+    wide = table[table.claim.isin(["wide_deviant", "wide_small"])] if len(table) else pd.DataFrame()
+    lines += section(
+        "Wide inputs (σ_train = 5)",
+        "The claims table's `wide_*` rows, per contrast.",
+        wide[
             [
-                frame[frame[by].apply(tuple, axis=1) == (k if isinstance(k, tuple) else (k,))][ref].mean()
-                for k, _ in groups
-            ],
-            "k_",
-            markersize=18,
-            label=ref,
-        )
-        ax.legend(fontsize=7)
-    ax.set_xticks(
-        x,
-        [" · ".join(map(str, k if isinstance(k, tuple) else (k,))) for k, _ in groups],
-        rotation=30,
-        ha="right",
-        fontsize=7,
+                "claim",
+                "contrast",
+                "n_seeds",
+                "mean_a",
+                "mean_b",
+                "estimate",
+                "low",
+                "high",
+                "p_holm",
+                "verdict",
+            ]
+        ].round(4)
+        if len(wide)
+        else None,
     )
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    return save(fig, path, formats=("png",), dpi=110)[0]
-
-
-# ------------------------------------------------------------------ the report
-def claims(index: pd.DataFrame, out: Path) -> tuple[list[dict], list[Path]]:
-    """The claims table's rows and the figures."""
-    rows, figs = [], []
-    grid = pd.concat(
-        [
-            per_job(index, key, grid_numbers)
-            for key in ("grid_quantifier", "grid_linear")
-            if key in set(index.evaluation)
-        ],
-        ignore_index=True,
+    lines += section(
+        "Linear MSE per σ_F at x ~ N(0, 1) (the paper's table 1)",
+        "Seed mean of the MSE per σ_F (σ_x = 1), with the zero predictor and least squares.",
+        icl.linear_table1(frame) if len(frame) else None,
     )
-    dev = per_job(index, "deviant", deviant_numbers) if "deviant" in set(index.evaluation) else pd.DataFrame()
-    bnd = (
-        per_job(index, "boundary", boundary_numbers)
-        if "boundary" in set(index.evaluation)
-        else pd.DataFrame()
+    f = icl.linear_figure(frame, figdir) if len(frame) else None
+    if f:
+        figs.append(f)
+        lines += [f"![linear MSE]({name}/{f.name})", ""]
+    lines += section(
+        "Seeds that generalise (bimodal outcomes)",
+        "Seeds with sequence error below 0.1, softmax vs SSA, Fisher's exact test.",
+        icl.generalising(frame) if len(frame) else None,
     )
-    core = grid[(grid.group == "core") & (grid.arch == "preln")]
-    quant = [t for t in QUANT if t in set(core.task)]
-
-    # 1. softmax fails under input shift
-    parts, hits = [], 0
-    for t in quant:
-        a = agg(core, "in_dist", "rate", task=t, scorer="softmax")
-        b = agg(core, "shifted", "rate", task=t, scorer="softmax")
-        hits += verdict(b, a) == "higher"
-        parts.append(f"{TASK_TEXT[t]}: {a.text()} → {b.text()}")
-    rows.append(
-        {
-            "claim": "Softmax models fail under input shift on the quantifier tasks (sequence error, σ = 1 → largest σ)",
-            "measured (seed mean [95% CI])": "; ".join(parts),
-            "reproduced": _yes(hits, len(quant)),
-            "ablations": _arch_note(grid, "shifted", quant),
-        }
+    lines += section(
+        "Power for the effects seen",
+        "Per contrast of the claims table: d_z = mean/SD of the per-seed differences, the power of "
+        "the paired test at the seeds used, and the seeds needed for 80% (counted up with `stats.power_paired`; at least 6, the fewest whose exact sign-flip test can reach p < 0.05).",
+        paired.power_table(table) if len(table) else None,
     )
-    # 2. SSA lowers the error across σ and length
-    parts, hits = [], 0
-    for t in quant:
-        s, m = (
-            agg(core, "grid_mean", "rate", task=t, scorer="ssa"),
-            agg(core, "grid_mean", "rate", task=t, scorer="softmax"),
-        )
-        v = verdict(s, m)
-        hits += v == "lower"
-        parts.append(f"{TASK_TEXT[t]}: SSA {s.text()} vs softmax {m.text()} ({v})")
-    rows.append(
-        {
-            "claim": "SSA lowers the quantifier error across σ and length (fig. 4)",
-            "measured (seed mean [95% CI])": "; ".join(parts),
-            "reproduced": _yes(hits, len(quant)),
-            "ablations": _scorer_note(grid, "grid_mean", quant),
-        }
+    lines += [
+        "## Missing",
+        "",
+        *([f"- {m}" for m in missing] or ["Nothing: every group and evaluation is stored."]),
+        "",
+    ]
+    if setup:
+        lines += setup_lines(setup)
+    path = out_dir / f"{name}.md"
+    write_text(path, "\n".join(lines))
+    out = (
+        table.reindex(columns=[*CLAIM_COLUMNS, "claim_verdict"])
+        if len(table)
+        else pd.DataFrame(columns=CLAIM_COLUMNS)
     )
-    # 3. deviant: prediction follows the largest element, attention collapses onto it
-    if len(dev):
-        d = dev[(dev.group == "core") & dev.task.isin(quant) & (dev.arch == "preln")]
-        parts, hits = [], 0
-        for t in [t for t in quant if t in set(d.task)]:
-            f = agg(d, "follows", "rate", task=t, scorer="softmax")
-            lab = agg(d, "follows_labels", "rate", task=t, scorer="softmax")
-            att = agg(d, "attention", "rate", task=t, scorer="softmax")
-            uni = agg(d, "uniform", "rate", task=t, scorer="softmax")
-            collapse = verdict(att, uni) == "higher" and att.mean > 0.5
-            follow = verdict(f, lab) == "higher"
-            hits += collapse and follow
-            parts.append(
-                f"{TASK_TEXT[t]}: follows {f.text()} (labels {lab.text()}), attention on it {att.text()} (uniform {uni.text()})"
-            )
-        rows.append(
-            {
-                "claim": "On deviant sequences the prediction follows the largest element and the last layer's attention collapses onto it (fig. 2)",
-                "measured (seed mean [95% CI])": "; ".join(parts),
-                "reproduced": _yes(hits, len(parts)),
-                "ablations": _dev_arch_note(dev),
-            }
-        )
-    # 4. boundary values
-    if len(bnd):
-        parts, hits = [], 0
-        for arch in sorted(set(bnd.arch)):
-            for sc in ("softmax", "ssa"):
-                b = bnd[(bnd.arch == arch) & (bnd.scorer == sc) & (bnd.train_sigma == 1.0)]
-                if b.empty:
-                    continue
-                up, true = agg(b, "upper", "real"), agg(b, "true_high", "real")
-                hits += verdict(up, true) == "lower"
-                parts.append(f"{arch} {sc}: ŷ ≤ {up.text()} while y reaches {true.text()}")
-        rows.append(
-            {
-                "claim": "Boundary values: a linear model's predictions stay inside a range learnt in training (figs. 1, 9), also attention-only",
-                "measured (seed mean [95% CI])": "; ".join(parts),
-                "reproduced": _yes(hits, len(parts)),
-                "ablations": "same picture for every architecture listed"
-                if hits == len(parts)
-                else "see the rows",
-            }
-        )
-        figs.append(
-            bars(
-                bnd[bnd.train_sigma == 1.0],
-                "upper",
-                ["arch", "scorer"],
-                "upper boundary of ŷ (query sweep; bar = model, line = true 99.5% quantile)",
-                "upper boundary",
-                out / "boundary.png",
-                "real",
-                ref="true_high",
-            )
-        )
-    # 5. SSA improves OOD linear MSE
-    lin = core[core.task == "linear"]
-    if len(lin):
-        s, m = (
-            agg(lin, "grid_mean", "positive", scorer="ssa"),
-            agg(lin, "grid_mean", "positive", scorer="softmax"),
-        )
-        v = verdict(s, m)
-        rows.append(
-            {
-                "claim": "SSA improves out-of-distribution linear MSE (fig. 3, table 1)",
-                "measured (seed mean [95% CI])": f"grid geometric-mean MSE: SSA {s.text()} vs softmax {m.text()} ({v})",
-                "reproduced": "yes" if v == "lower" else ("no" if v == "higher" else "not separated"),
-                "ablations": _scorer_note(grid, "grid_mean", ["linear"], kind="positive"),
-            }
-        )
-    # 6. wider inputs in training
-    wide = grid[grid.group == "wide_inputs"]
-    if len(wide) and len(dev):
-        t = wide.task.iloc[0]
-        base_g, wide_g = core[core.task == t], wide
-        dv = dev[dev.task == t]
-        parts, helps, hurts = [], 0, 0
-        for sc in sorted(set(wide.scorer)):
-            small_1, small_w = (
-                agg(base_g, "in_dist", "rate", scorer=sc),
-                agg(wide_g, "in_dist", "rate", scorer=sc),
-            )
-            dev_1 = agg(dv[(dv.group == "core") & (dv.arch == "preln")], "error", "rate", scorer=sc)
-            dev_w = agg(dv[dv.group == "wide_inputs"], "error", "rate", scorer=sc)
-            helps += verdict(dev_w, dev_1) == "lower"
-            hurts += verdict(small_w, small_1) == "higher"
-            parts.append(
-                f"{sc}: deviant error {dev_1.text()} → {dev_w.text()}; error at σ = 1 {small_1.text()} → {small_w.text()}"
-            )
-        rows.append(
-            {
-                "claim": "Training on wider inputs (x ~ N(0, σ_train)) helps deviant sequences but hurts small σ (§5.3)",
-                "measured (seed mean [95% CI])": "; ".join(parts),
-                "reproduced": "yes" if helps and hurts else ("partly" if helps or hurts else "no"),
-                "ablations": "",
-            }
-        )
-    for t in [*quant, "linear"]:
-        figs += heatmaps(index, t, out)
-    if len(dev):
-        d = dev[(dev.group == "core") & (dev.arch == "preln") & dev.task.isin(quant)]
-        if len(d):
-            figs.append(
-                bars(
-                    d,
-                    "attention",
-                    ["task", "scorer"],
-                    "last-layer attention on the largest inserted value (bar) vs uniform share (line)",
-                    "attention weight",
-                    out / "deviant_attention.png",
-                    "rate",
-                    ref="uniform",
-                )
-            )
-    return rows, figs
+    write_text(out_dir / f"{name}_claims.csv", out.to_csv(index=False, float_format="%.6g"))
+    return path
 
 
-def _yes(hits: int, total: int) -> str:
-    return "yes" if total and hits == total else ("partly" if hits else "no")
-
-
-def _arch_note(grid, column, tasks) -> str:
-    notes = []
-    for arch in sorted(set(grid.arch) - {"preln"}):
-        g = grid[(grid.arch == arch) & (grid.scorer == "softmax") & grid.task.isin(tasks)]
-        if len(g):
-            notes.append(f"{arch}: softmax {column} {Number.of(g[column], 'rate').text()}")
-    return "; ".join(notes)
-
-
-def _scorer_note(grid, column, tasks, kind="rate") -> str:
-    core = grid[(grid.group == "core") & grid.task.isin(tasks)]
-    others = sorted(set(core.scorer) - {"softmax", "ssa"})
-    return "; ".join(f"{s}: {agg(core, column, kind, scorer=s).text()}" for s in others)
-
-
-def _dev_arch_note(dev) -> str:
-    notes = []
-    for arch in sorted(set(dev.arch) - {"preln"}):
-        d = dev[(dev.arch == arch) & (dev.scorer == "softmax") & dev.attention.notna()]
-        if len(d):
-            notes.append(
-                f"{arch}: attention on it {Number.of(d.attention, 'rate').text()} (uniform {Number.of(d.uniform, 'rate').text()})"
-            )
-    return "; ".join(notes)
-
-
-def learning_table(index: pd.DataFrame) -> pd.DataFrame:
-    """In distribution, per task × scorer (core): the model's error against the baselines'."""
-    grid = pd.concat(
-        [
-            per_job(index, key, grid_numbers)
-            for key in ("grid_quantifier", "grid_linear")
-            if key in set(index.evaluation)
-        ],
-        ignore_index=True,
-    )
-    core = grid[(grid.group == "core") & (grid.arch == "preln")]
-    rows = []
-    for (task, scorer), g in core.groupby(["task", "scorer"], sort=False):
-        kind = "positive" if task == "linear" else "rate"
-        row = {
-            "task": TASK_TEXT.get(task, task),
-            "scorer": scorer,
-            "seeds": len(g),
-            "in-distribution error": Number.of(g.in_dist, kind).text(),
-        }
-        if task == "linear":
-            row["zero predictor"] = Number.of(g.zero, "positive").text()
-            row["least squares"] = f"{g.least_squares.mean():.2g}"
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def git_commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
-    )
-    return out.stdout.strip() or "unknown"
+def section(heading: str, text: str, table: pd.DataFrame | None) -> list[str]:
+    body = markdown_table(table) if table is not None and len(table) else "No data yet (see *Missing*)."
+    return [f"## {heading}", "", text, "", body, ""]
 
 
 def setup_lines(setup: dict) -> list[str]:
@@ -472,8 +366,10 @@ def setup_lines(setup: dict) -> list[str]:
         "## Setup",
         "",
         f"Every job: `python train.py {' '.join(setup['base'])}` + its task, architecture, scorer, training σ "
-        f"and seed ({', '.join(str(s) for s in setup['seeds'])}); then the evaluations below on fixed prompts "
-        "shared by every model (conf/study/" + str(setup["name"]) + ".yaml).",
+        f"and seed ({', '.join(str(s) for s in setup['seeds'])} unless the group names its own); then the "
+        "evaluations below on fixed prompts shared by every model (conf/study/"
+        + str(setup["name"])
+        + ".yaml).",
         "",
         markdown_table(pd.DataFrame(groups)),
         "",
@@ -483,44 +379,3 @@ def setup_lines(setup: dict) -> list[str]:
         markdown_table(pd.DataFrame(evals).fillna("")),
         "",
     ]
-
-
-def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None = None) -> Path:
-    """``<out_dir>/<name>.md`` and its figures in ``<out_dir>/<name>/``; returns the markdown's path.
-    ``setup``: the study's config (conf/study/<name>.yaml as a dict), stated in the report."""
-    index = pd.read_csv(Path(root) / "index.csv")
-    figdir = Path(out_dir) / name
-    figdir.mkdir(parents=True, exist_ok=True)
-    rows, figs = claims(index, figdir)
-    wall_file = Path(root) / "wall_seconds.txt"
-    walls = [float(x) for x in wall_file.read_text().split()] if wall_file.exists() else []
-    learn = learning_table(index)
-    lines = [
-        f"# {name}: the paper's in-context-learning claims on a CPU",
-        "",
-        f"Generated by `{command}` from the stored results in `{root}` (commit {git_commit()}, "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-        f"{len(index.job.unique())} jobs, {len(index.seed.unique())} seeds; the runs: `python scripts/study.py "
-        f"{name}`, wall time {sum(walls) / 60:.0f} min). The paper-scale version, for a GPU and not run here: "
-        "`python scripts/study.py icl_paper` (conf/study/icl_paper.yaml gives its cost).",
-        "Numbers: mean over seeds with its 95% interval (Student t over seeds; geometric mean for MSE). A difference",
-        "between two settings is called only where their intervals do not overlap; otherwise it is `not separated`.",
-        "",
-        "## Claims",
-        "",
-        markdown_table(pd.DataFrame(rows)),
-        "",
-        *(setup_lines(setup) if setup else []),
-        "## Did the models learn their tasks? (in distribution, the core grid's σ = 1 cells at training lengths)",
-        "",
-        markdown_table(learn),
-        "",
-        "## Figures",
-        "",
-        *[f"![{p.stem}]({name}/{p.name})" for p in figs],
-        "",
-    ]
-    path = Path(out_dir) / f"{name}.md"
-    write_text(path, "\n".join(lines))
-    write_text(Path(out_dir) / f"{name}_claims.csv", pd.DataFrame(rows).to_csv(index=False))
-    return path

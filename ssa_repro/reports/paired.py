@@ -1,0 +1,339 @@
+"""The study reports' common machinery: per-seed values read from a study's index, written as tidy CSVs,
+and claims decided by paired contrasts across seeds (``evaluation/stats.py``, docs/statistics.md).
+
+A study's ``index.csv`` has one row per job × evaluation (group, task, scorer, arch, train_sigma, seed,
+run_dir, evaluation key, protocol id). :func:`read_cells` reads every job's stored cells of one
+evaluation (the newest checkpoint); a study's report reduces them to *per-seed values*, one row per
+job × metric × cell summary (:data:`PER_SEED_COLUMNS`), and writes them with :func:`export`
+(``per_seed_<part>.csv``). Everything the report decides is computed from those CSVs as read back
+(:func:`read_back`), so anyone can recompute it.
+
+A claim is a list of :class:`Spec` (one paired contrast b − a each, e.g. SSA − softmax on one task:
+claims that span several tasks get one contrast per task, never a pooled one). :func:`claims_table`
+puts every contrast of every claim in one table (``stats.contrast_table``): the paired estimate, its
+bootstrap interval, the sign-flip p Holm-adjusted across the claim's contrasts (``p_holm``: the
+family of a claim that spans tasks; the verdict uses it) and across the whole table (``p_holm_table``),
+and the verdict of the decision rule. :func:`claim_verdict` combines a claim's contrasts; :func:`findings` picks the headline
+results by a fixed rule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ssa_repro.core.atomic import write_text
+from ssa_repro.evaluation import stats
+from ssa_repro.evaluation.store import stored
+
+JOB_COLUMNS = ["group", "task", "scorer", "arch", "train_sigma", "seed"]
+"""What names a job (its folder name is made of them): the per-seed files leave the name out."""
+PER_SEED_COLUMNS = [*JOB_COLUMNS, "evaluation", "predictor", "metric", "summary", "value"]
+"""A per-seed row: the job, the evaluation key, the predictor (``model`` or a baseline), the metric and
+which cell summary (e.g. ``sigma_shift``,
+``sigma=16 length=80``) of the job's stored cells the value is."""
+
+PARTLY = "partly"
+EXTRA_MARGINS: dict[str, float] = {"upper": 0.5, "slope_pos": 0.1}
+"""Margins for metrics the reports contrast that :data:`stats.MARGINS` lacks: ``upper`` (the boundary's
+99.5% quantile of ŷ, in y units) ±0.5, about 12% of the training range of y (±4.2 for N(0, 1) a, b, x);
+``slope_pos`` (the slope of ŷ on y_true beyond that range: 1 extrapolates, 0 is a plateau) ±0.1."""
+EXTRA_SCALES: dict[str, str] = {}
+
+
+# ------------------------------------------------------------------ reading
+def read_cells(index: pd.DataFrame, evaluation: str, table: str = "results") -> pd.DataFrame:
+    """Every job's stored ``table`` of the index's ``evaluation`` key (newest checkpoint step), with the
+    job columns and ``evaluation`` in front and the protocol's ``sign`` (if it has one) as ``sign``.
+    Empty when no job has it (missing data is the caller's to report)."""
+    frames = []
+    for row in index[index.evaluation == evaluation].itertuples():
+        store = next((s for s in stored(row.run_dir, row.eval) if s.id == row.protocol_id), None)
+        if store is None:
+            continue
+        derived = store.dir / f"{table}.csv"  # a table drawn from the parts (e.g. boundary.csv)
+        try:
+            frame = store.read(table) if store.parts(table) else pd.read_csv(derived)
+        except (FileNotFoundError, ValueError):
+            continue
+        if frame.empty:
+            continue
+        if "step" in frame:
+            frame = frame[frame["step"] == frame["step"].max()]
+        meta = {c: getattr(row, c) for c in JOB_COLUMNS}
+        meta["evaluation"] = evaluation
+        meta["sign"] = str(store.protocol.get("sign", "")) if isinstance(store.protocol, Mapping) else ""
+        frame = frame.drop(columns=[c for c in meta if c in frame], errors="ignore")
+        frames.append(frame.assign(**meta))
+    if not frames:
+        return pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True)
+    first = [*JOB_COLUMNS, "evaluation", "sign"]
+    return out[first + [c for c in out.columns if c not in first]]
+
+
+def reduce(cells: pd.DataFrame, mask, summary: str) -> pd.DataFrame:
+    """Per-seed rows (:data:`PER_SEED_COLUMNS`): the mean ``value`` of the cells in ``mask`` per job ×
+    evaluation × predictor × metric, named ``summary`` (e.g. the cells of one shift region)."""
+    sel = cells[np.asarray(mask, dtype=bool)] if len(cells) else cells
+    if sel.empty:
+        return pd.DataFrame(columns=PER_SEED_COLUMNS)
+    keys = [*JOB_COLUMNS, "evaluation", "predictor", "metric"]
+    out = sel.groupby(keys, sort=False, dropna=False)["value"].mean().reset_index()
+    return out.assign(summary=summary)[PER_SEED_COLUMNS]
+
+
+def export(parts: Mapping[str, pd.DataFrame], out_dir: Path) -> dict[str, Path]:
+    """``<out_dir>/per_seed_<part>.csv`` per part (one row per job × predictor × metric × summary, sorted, values with 6 significant digits: small
+    files, and the precision every number of the report is computed at); empty parts are skipped."""
+    paths = {}
+    for part, frame in parts.items():
+        if frame is None or frame.empty:
+            continue
+        f = frame[PER_SEED_COLUMNS].sort_values(PER_SEED_COLUMNS[:-1], kind="stable")
+        # one value per job × predictor × metric × summary: where two evaluation keys of a study give the
+        # same summary (the same protocol run twice under two names), the first key's is kept
+        f = f.drop_duplicates([c for c in PER_SEED_COLUMNS if c not in ("evaluation", "value")])
+        path = Path(out_dir) / f"per_seed_{part}.csv"
+        write_text(path, f.to_csv(index=False, float_format="%.6g"))
+        paths[part] = path
+    return paths
+
+
+def read_back(paths: Mapping[str, Path]) -> pd.DataFrame:
+    """The exported per-seed CSVs as one frame (``part`` = which file): what the report computes from."""
+    frames = [pd.read_csv(p).assign(part=part) for part, p in paths.items()]
+    if not frames:
+        return pd.DataFrame(columns=[*PER_SEED_COLUMNS, "part"])
+    out = pd.concat(frames, ignore_index=True)
+    for c in ("group", "task", "scorer", "arch", "evaluation", "predictor", "metric", "summary"):
+        out[c] = out[c].astype(str)
+    return out
+
+
+def select(frame: pd.DataFrame, **where) -> pd.DataFrame:
+    """Rows whose columns equal the given values (a list/tuple: any of them)."""
+    keep = np.ones(len(frame), dtype=bool)
+    for k, v in where.items():
+        col = frame[k]
+        if isinstance(v, (list, tuple, set)):
+            keep &= col.isin(list(v)).to_numpy()
+        elif isinstance(v, float) or isinstance(v, int) and k == "train_sigma":
+            keep &= np.isclose(col.astype(float), float(v))
+        else:
+            keep &= (col == v).to_numpy()
+    return frame[keep]
+
+
+# ------------------------------------------------------------------ claims
+@dataclass(frozen=True)
+class Spec:
+    """One paired contrast b − a: rows ``a`` and ``b`` of the per-seed frame (column filters, each
+    selecting one value per seed), paired by seed, with the sign the claim predicts."""
+
+    label: str  # e.g. the task
+    metric: str
+    a: Mapping
+    b: Mapping
+    claimed_sign: int  # +1: the claim says b > a
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str
+    claim: str  # what is tested, in the report's words
+    paper: str  # the paper's words
+    specs: Sequence[Spec] = field(default_factory=tuple)
+    contrast_text: str = "b − a"  # what the estimate is, e.g. "SSA − softmax"
+
+
+def pairs(frame: pd.DataFrame, claims: Sequence[Claim]) -> pd.DataFrame:
+    """The rows every contrast uses, stacked: ``claim``, ``contrast`` (the spec's label), ``metric``,
+    ``arm`` (a | b), ``seed``, ``value``, ``claimed_sign``. A spec with no rows contributes nothing."""
+    rows = []
+    for c in claims:
+        for s in c.specs:
+            for arm, where in (("a", s.a), ("b", s.b)):
+                sel = select(frame, **{"metric": s.metric, **where})
+                if sel.empty:
+                    continue
+                rows.append(
+                    pd.DataFrame(
+                        {
+                            "claim": c.key,
+                            "contrast": s.label,
+                            "metric": s.metric,
+                            "arm": arm,
+                            "seed": sel.seed.to_numpy(),
+                            "value": sel.value.to_numpy(float),
+                            "claimed_sign": s.claimed_sign,
+                        }
+                    )
+                )
+    cols = ["claim", "contrast", "metric", "arm", "seed", "value", "claimed_sign"]
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=cols)
+
+
+def claims_table(frame: pd.DataFrame, claims: Sequence[Claim], *, n_boot: int = 4000) -> pd.DataFrame:
+    """Every contrast of every claim (:func:`stats.contrast_table`, Holm within each claim): one row
+    per claim × contrast with a and b both measured (columns ``claim``, ``contrast``, ``metric``,
+    ``n_seeds``, ``estimate``, ``low``, ``high``, ``p_value``, ``p_holm``, ``verdict``, ``margin``,
+    ``scale``, ``effect_size``, ``per_seed``, ``mean_a``, ``mean_b``)."""
+    p = pairs(frame, claims)
+    if p.empty:
+        return pd.DataFrame()
+    both = p.groupby(["claim", "contrast"]).arm.transform("nunique") == 2
+    p = p[both]
+    if p.empty:
+        return pd.DataFrame()
+    t = stats.contrast_table(
+        p,
+        by=["claim", "contrast", "metric"],
+        arm_col="arm",
+        base="a",
+        claimed_sign="claimed_sign",
+        margin={**stats.MARGINS, **EXTRA_MARGINS},
+        scale={**stats.METRIC_SCALES, **EXTRA_SCALES},
+        family=["claim"],
+        n_boot=n_boot,
+    )
+    t["p_holm_table"] = stats.holm(t.p_value.to_numpy())
+    means = p.groupby(["claim", "contrast", "arm"]).value.mean().unstack("arm")
+    t["mean_a"] = [means.loc[(c, s), "a"] for c, s in zip(t.claim, t.contrast)]
+    t["mean_b"] = [means.loc[(c, s), "b"] for c, s in zip(t.claim, t.contrast)]
+    return t
+
+
+def claim_verdict(verdicts: Sequence[str]) -> str:
+    """A claim's verdict from its contrasts' (one per task): every one "yes" → yes; some "yes" →
+    partly; else any "contradicted" → contradicted; every one "within ±m" → within; else underpowered;
+    no contrast → "not measured"."""
+    v = list(verdicts)
+    if not v:
+        return "not measured"
+    if all(x == stats.YES for x in v):
+        return stats.YES
+    if stats.YES in v:
+        return PARTLY
+    if stats.CONTRADICTED in v:
+        return stats.CONTRADICTED
+    if all(x == stats.WITHIN for x in v):
+        return stats.WITHIN
+    return stats.UNDERPOWERED
+
+
+def fmt(x: float, scale: str = "identity") -> str:
+    """A number as the report prints it (3 significant digits; log-scale contrasts as a ratio ×)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if scale == "log":
+        return f"×{math.exp(x):.3g}"
+    return f"{x:+.3g}" if x else "0"
+
+
+def contrast_text(row) -> str:
+    """``+0.12 [0.05, 0.2], p_Holm 0.01, 10 seeds``: a contrast row of :func:`claims_table`."""
+    sc = row["scale"]
+    return (
+        f"{fmt(row['estimate'], sc)} [{fmt(row['low'], sc)}, {fmt(row['high'], sc)}], "
+        f"p_Holm {row['p_holm']:.2g}, {int(row['n_seeds'])} seeds"
+    )
+
+
+def findings(table: pd.DataFrame, n: int = 5, first: Sequence[str] = ()) -> pd.DataFrame:
+    """The headline contrasts, by rule: those the decision rule calls (verdict "yes" or "contradicted"),
+        ranked by |estimate| / margin (the effect in units of what matters for the metric), at most one per
+        claim (its largest); the claims whose key starts with one in ``first`` (e.g. the architecture's) lead
+    when called. At
+        most ``n`` rows."""
+    if table.empty:
+        return table
+    called = table[table.verdict.isin([stats.YES, stats.CONTRADICTED])].copy()
+    if called.empty:
+        return called
+    called["strength"] = called.estimate.abs() / called.margin.where(called.margin > 0, np.nan)
+    called["topic"] = called.claim.str.split(":").str[0]  # "architecture: postln" → "architecture"
+    best = called.sort_values("strength", ascending=False).groupby("topic", sort=False).head(1)
+    best["lead"] = [next((i for i, f in enumerate(first) if c.startswith(f)), len(first)) for c in best.claim]
+    return best.sort_values(["lead", "strength"], ascending=[True, False]).head(n)
+
+
+# ------------------------------------------------------------------ the rule and its power
+def rule_error_rates(n_seeds: Sequence[int], n_sim: int = 400, rho: float = 0.5) -> pd.DataFrame:
+    """The decision rule's simulated error rates (:func:`stats.simulate_rule`) at the study's seed
+    counts: the false-positive rate (Δ = 0) and the detection rate at Δ = 1 and 2 seed SDs, with ρ the
+    correlation of an arm pair within a seed, beside the old overlap rule's."""
+    rows = []
+    for n in sorted(set(int(k) for k in n_seeds if k >= 2)):
+        for effect in (0.0, 1.0, 2.0):
+            r = stats.simulate_rule(n, effect, rho, n_sim=n_sim, n_boot=1000)
+            rows.append(
+                {
+                    "seeds": n,
+                    "Δ (seed SDs)": effect,
+                    "called (rule)": r["separated"] if effect == 0 else r["yes"],
+                    "called (old overlap rule)": r["overlap"],
+                    "paired t": r["paired_t"],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def seeds_for(dz: float, power: float = 0.8, most: int = 500) -> str:
+    """The fewest paired seeds with :func:`stats.power_paired` ≥ ``power`` (what :func:`stats.seeds_needed`
+    computes, by counting up: its solver fails for very large d_z), or ``> most``."""
+    for n in range(2, most + 1):
+        if stats.power_paired(dz, n) >= power:
+            return str(n)
+    return f"> {most}"
+
+
+def power_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Per contrast with an effect size: the seeds it used, its d_z, the power at those seeds and the
+    seeds needed for 80% power (:func:`stats.seeds_needed`)."""
+    rows = []
+    for r in table.itertuples():
+        dz = r.effect_size
+        if not np.isfinite(dz) or dz == 0:
+            continue
+        rows.append(
+            {
+                "claim": r.claim,
+                "contrast": r.contrast,
+                "seeds": int(r.n_seeds),
+                "d_z": round(float(dz), 2),
+                "power now": round(stats.power_paired(dz, int(r.n_seeds)), 2),
+                "seeds for 80%": seeds_for(dz),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ missing data
+def missing_jobs(index: pd.DataFrame | None, setup: Mapping | None, evaluated: Callable[[str], list[str]]):
+    """Lines naming what the study's config asks for and the index lacks: per group, jobs not in the
+    index, and evaluations (``evaluated(task)``: the evaluation keys that apply to a task) not stored."""
+    if not setup:
+        return []
+    lines = []
+    have = index if index is not None else pd.DataFrame(columns=["group", "task", "job", "evaluation"])
+    for group, g in setup.get("groups", {}).items():
+        seeds = g.get("seeds", setup.get("seeds", []))
+        expected = len(g["tasks"]) * len(g["scorers"]) * len(g["archs"]) * len(g["train_sigma"]) * len(seeds)
+        rows = have[have.group == group]
+        got = rows.job.nunique() if len(rows) else 0
+        if got < expected:
+            lines.append(f"group `{group}`: {got} of {expected} jobs trained and indexed")
+        for task in g["tasks"]:
+            want = evaluated(task)
+            t = rows[rows.task == task]
+            for key in want:
+                n = t[t.evaluation == key].job.nunique() if len(t) else 0
+                if n < t.job.nunique() or (got and not len(t)):
+                    lines.append(f"group `{group}`, task `{task}`: `{key}` stored for {n} jobs")
+    return lines
