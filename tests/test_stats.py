@@ -413,3 +413,12 @@ def test_contrast_table_refuses_ambiguous_input():
     with pytest.raises(ValueError, match="numeric"):
         per_seed_frame([{"seed": 0, "value": "high"}])
     assert isinstance(per_seed_frame([{"seed": 0, "value": "0.5"}]), pd.DataFrame)
+
+
+@pytest.mark.parametrize("d", [0.5, 1.0, 3.0, 25.0])
+def test_seeds_needed_is_the_first_count_with_the_power(d):
+    """Counted against power_paired directly, including effects so large that statsmodels' solver fails."""
+    n = seeds_needed(d)
+    assert power_paired(d, n) >= 0.8
+    assert n == 2 or power_paired(d, n - 1) < 0.8
+    assert n >= 6  # the exact sign-flip test cannot reach p < 0.05 with fewer seeds
