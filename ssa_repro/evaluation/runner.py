@@ -20,11 +20,12 @@ Rows carry the run's labels (task, scorer, model, seed, step), ``eval``, ``proto
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from dataclasses import dataclass
 
+import numpy as np
+import pandas as pd
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
@@ -145,7 +146,7 @@ def check(run_cfg, cfg) -> list[str]:
 
 
 def store_of(run_dir, ev: Evaluator) -> Store:
-    return Store(run_dir, ev.name, ev.protocol(), list(ev.coords))
+    return Store(run_dir, ev.name, ev.protocol(), list(ev.coords), repair=True)
 
 
 def evaluate(run: LoadedRun, cfg, between=None) -> dict:
@@ -155,6 +156,7 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
     if found:
         raise EvaluationError("\n  - ".join([f"cannot run eval={cfg.name} on {run.run_dir}:", *found]))
     store = store_of(run.run_dir, ev)
+    store.repair()  # damaged stored files moved aside: their cells count as missing
     wanted = ev.cells()
     have = set() if ev.cfg.force else store.present(run.step)
     missing = [c for c in wanted if store.cell_key(c) not in have]
@@ -179,18 +181,14 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
         try:
             with Progress(len(missing), ev.name) as bar:
                 for tables in ev.compute(run, missing, bar):
-                    store.write({k: v.assign(**tags) for k, v in tables.items() if v is not None and len(v)})
+                    tables = {k: v.assign(**tags) for k, v in tables.items() if v is not None and len(v)}
+                    store.write({k: mark_non_finite(v, ev, k) for k, v in tables.items()})
                     if between is not None:
                         between()
         finally:
             run.model.train(was_training)
     seconds = time.perf_counter() - t0
-    summary_path = store.dir / "summary.json"
-    newest = max((p.stat().st_mtime for p in store.dir.glob("parts/*.csv")), default=0.0)
-    if missing or not summary_path.exists() or summary_path.stat().st_mtime < newest:
-        summary = redraw(store, ev, run.title)
-    else:  # nothing new: the derived files already show every stored cell (touch nothing)
-        summary = json.loads(summary_path.read_text())
+    summary = redraw(store, ev, run.title)  # derived files are drawn from the cells, never read
     summary.update(
         {
             "cells_asked": len(wanted),
@@ -201,6 +199,32 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
     )
     log.info("%s: %.1f s; %s", ev.name, seconds, store.dir / "summary.json")
     return summary
+
+
+def mark_non_finite(frame: pd.DataFrame, ev: Evaluator, table: str) -> pd.DataFrame:
+    """``frame`` with a ``non_finite`` column naming, in each row, the numeric columns that hold an
+    infinity, added only where there is one; a warning names the cells. (A value overflowed, e.g. a
+    baseline's mse at ``eval.sigmas=[1e7]``: it is kept and marked, never stored silently. NaN is not
+    marked: evaluations store it for "not defined here", e.g. an interval of one sample.)"""
+    bad = frame.select_dtypes("number").apply(lambda col: np.isinf(col.astype(float)))
+    rows = bad.any(axis=1)
+    if not rows.any():
+        return frame
+    names = bad.apply(lambda r: ",".join(c for c in bad.columns if r[c]), axis=1)
+    coords = [c for c in [*ev.coords, "predictor", "metric"] if c in frame]
+    shown = [
+        ", ".join(f"{c}={frame.at[i, c]}" for c in coords) + f": {names[i]}" for i in frame.index[rows][:5]
+    ]
+    log.warning(
+        "%s (%s): %d stored row(s) hold values that are not finite (they overflowed or are undefined at "
+        "these settings); stored with their names in the non_finite column: %s%s",
+        ev.name,
+        table,
+        int(rows.sum()),
+        "; ".join(shown),
+        " ..." if rows.sum() > 5 else "",
+    )
+    return frame.assign(non_finite=names.where(rows, ""))
 
 
 def redraw(store: Store, ev: Evaluator, title: str) -> dict:
@@ -228,5 +252,8 @@ def redraw(store: Store, ev: Evaluator, title: str) -> dict:
             "heatmap": ev.heatmap(),
             **ev.summarize(latest),
         }
+        marked = results[results["non_finite"].fillna("") != ""] if "non_finite" in results else results[:0]
+        if len(marked):  # cells whose values are not finite (marked when stored): said in the summary
+            summary["non_finite_rows"] = int(len(marked))
         write_json(store.dir / "summary.json", summary)
     return summary
