@@ -169,17 +169,24 @@ def test_a_protocol_file_with_other_settings_is_refused(run):
     assert files(run) == before
 
 
-def test_a_damaged_summary_is_redrawn_not_read(run):
+def test_derived_files_are_redrawn_not_read(run):
     (store,) = stored(run, "grid")
     path = store.dir / "summary.json"
     whole = json.loads(path.read_text())
-    path.write_text(path.read_text()[:25])
+    table = (store.dir / "results.csv").read_bytes()
+    path.write_text(path.read_text()[:25])  # damaged derived files
+    (store.dir / "results.csv").write_bytes(table[:-30])
+    (store.dir / whole["figures"][0]).unlink()  # and a figure gone
     summary = evaluate(load_run(run, CPU), grid())
     assert summary["cells_computed"] == 0
+    assert (store.dir / "results.csv").read_bytes() == table and (
+        store.dir / whole["figures"][0]
+    ).stat().st_size
+    drawn = {p: p.stat().st_mtime_ns for p in store.dir.iterdir() if p.is_file()}
+    evaluate(load_run(run, CPU), grid())  # nothing changed: nothing rewritten
+    assert {p: p.stat().st_mtime_ns for p in store.dir.iterdir() if p.is_file()} == drawn
     again = json.loads(path.read_text())
-    assert {k: v for k, v in again.items() if k != "dir"} == {
-        k: v for k, v in whole.items() if k != "dir"
-    }
+    assert {k: v for k, v in again.items() if k != "dir"} == {k: v for k, v in whole.items() if k != "dir"}
 
 
 # ---------------------------------------------------------------------------------- readers

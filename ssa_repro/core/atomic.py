@@ -261,8 +261,13 @@ def write_json(
     """``obj`` as JSON (indented, one trailing newline) to ``path`` atomically. The text is made before
     the file is touched, so an object that cannot be serialised leaves ``path`` as it was. numpy scalars
     and paths are written as plain numbers and strings."""
+    return write_text(path, json_text(obj, indent, **dumps_kw), hint)
+
+
+def json_text(obj: Any, indent: int = 2, **dumps_kw) -> str:
+    """The text :func:`write_json` writes for ``obj`` (to compare with a file before rewriting it)."""
     dumps_kw.setdefault("default", _plain)
-    return write_text(path, json.dumps(obj, indent=indent, **dumps_kw) + "\n", hint)
+    return json.dumps(obj, indent=indent, **dumps_kw) + "\n"
 
 
 def _plain(value):

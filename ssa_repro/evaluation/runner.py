@@ -11,7 +11,9 @@
 3. Cells: the protocol's stored cells at this checkpoint step are reused, the missing ones computed
    (all with ``eval.force=true``) and written as they finish (an interrupted evaluation keeps them).
 4. Derived files (``results.csv``, further tables, figures, ``summary.json``) are redrawn from every
-   stored cell of the protocol at the newest step, under the protocol folder's lock.
+   stored cell of the protocol at the newest step, under the protocol folder's lock; they are never
+   read (a file whose bytes would not change is left as it is; figures are drawn again when the cells
+   they show changed, see :func:`redraw`).
 
 Rows carry the run's labels (task, scorer, model, seed, step), ``eval``, ``protocol`` (the id) and
 ``preset``. Nothing is written outside ``<run_dir>/eval/``.
@@ -20,6 +22,8 @@ Rows carry the run's labels (task, scorer, model, seed, step), ``eval``, ``proto
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -29,7 +33,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from ssa_repro.core.atomic import atomic_path, write_json
+from ssa_repro.core.atomic import json_text, write_bytes, write_json
 from ssa_repro.evaluation.grid import GridConfig
 from ssa_repro.evaluation.loading import LoadedRun
 from ssa_repro.evaluation.progress import Progress
@@ -228,7 +232,10 @@ def mark_non_finite(frame: pd.DataFrame, ev: Evaluator, table: str) -> pd.DataFr
 
 
 def redraw(store: Store, ev: Evaluator, title: str) -> dict:
-    """Tables, figures and summary.json of the protocol, from every stored cell (newest step)."""
+    """Tables, figures and summary.json of the protocol, from every stored cell (newest step). Nothing
+    derived is read: the tables and the summary are made anew and written where their bytes differ
+    (a damaged one is replaced, an unchanged one left as it is); the figures are drawn again when the
+    parts they were drawn from (named in ``.drawn.json``) or the title changed, or one is missing."""
     with store.locked():
         frames = {t: store.read(t) for t in ev.tables()}
         results = frames["results"]
@@ -236,9 +243,12 @@ def redraw(store: Store, ev: Evaluator, title: str) -> dict:
         latest = {t: (f[f["step"] == step] if len(f) and "step" in f else f) for t, f in frames.items()}
         for table, frame in frames.items():
             if len(frame):
-                with atomic_path(store.dir / f"{table}.csv") as tmp:
-                    frame.to_csv(tmp, index=False)
-        figures = ev.draw(latest, f"{title} · step {step}", store.dir) if step is not None else []
+                _write_if_changed(store.dir / f"{table}.csv", frame.to_csv(index=False).encode())
+        figures = _drawn(store, title)
+        if figures is None:
+            drawn = ev.draw(latest, f"{title} · step {step}", store.dir) if step is not None else []
+            figures = [p.name for p in drawn]
+            write_json(store.dir / DRAWN, {"key": _drawing_key(store, title), "figures": figures})
         summary = {
             "evaluation": ev.name,
             "protocol_id": store.id,
@@ -247,7 +257,7 @@ def redraw(store: Store, ev: Evaluator, title: str) -> dict:
             "step": step,
             "steps": sorted(int(s) for s in results["step"].unique()) if len(results) else [],
             "dir": str(store.dir),
-            "figures": [p.name for p in figures],
+            "figures": figures,
             "tables": [t for t in ev.tables() if len(frames[t])],
             "heatmap": ev.heatmap(),
             **ev.summarize(latest),
@@ -255,5 +265,35 @@ def redraw(store: Store, ev: Evaluator, title: str) -> dict:
         marked = results[results["non_finite"].fillna("") != ""] if "non_finite" in results else results[:0]
         if len(marked):  # cells whose values are not finite (marked when stored): said in the summary
             summary["non_finite_rows"] = int(len(marked))
-        write_json(store.dir / "summary.json", summary)
+        _write_if_changed(store.dir / "summary.json", json_text(summary).encode())
     return summary
+
+
+DRAWN = ".drawn.json"  # which parts (and title) the figures were drawn from: whether to draw again
+
+
+def _drawing_key(store: Store, title: str) -> str:
+    """A hash of the title and the names of the parts present (a part is never rewritten: new cells,
+    recomputed cells and parts moved aside all change the names)."""
+    names = sorted(p.name for p in (store.dir / "parts").glob("*.csv"))
+    return hashlib.sha256(json.dumps([title, names]).encode()).hexdigest()
+
+
+def _drawn(store: Store, title: str) -> list[str] | None:
+    """The figures' names if they were drawn from the parts present and all exist; else None."""
+    try:
+        info = json.loads((store.dir / DRAWN).read_text())
+        figures = [str(f) for f in info["figures"]]
+        current = info["key"] == _drawing_key(store, title)
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or damaged: draw
+        return None
+    return figures if current and all((store.dir / f).is_file() for f in figures) else None
+
+
+def _write_if_changed(path, data: bytes) -> None:
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    write_bytes(path, data)
