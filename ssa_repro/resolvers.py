@@ -15,6 +15,8 @@ from pathlib import Path
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from ssa_repro.core.rundir import RunDir
+
 MAX_DIR = 200  # characters of a job folder name before the rest is replaced by a hash
 SWEEP_KEYS_ENV = "SSA_SWEEP_KEYS"  # the keys that vary across the sweep's jobs (set before jobs start)
 
@@ -55,7 +57,7 @@ def eval_sweep_dir(task_overrides, stamp: str) -> str:
         return str(Path("eval_sweeps") / stamp)
     paths = [Path(r.strip("'\"")).expanduser().absolute() for r in runs]
     if len(set(paths)) == 1:
-        return str(paths[0] / "eval" / "sweeps" / stamp)
+        return str(RunDir(paths[0]).eval_sweeps_dir / stamp)
     return str(Path(os.path.commonpath(paths)) / "eval_sweeps" / stamp)
 
 

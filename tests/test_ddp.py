@@ -11,11 +11,12 @@ import sys
 import pytest
 import torch
 
+from ssa_repro.core import checkpoint
 from ssa_repro.evaluation.store import stored
 from ssa_repro.launch import command
 from ssa_repro.models import build_model
-from ssa_repro.tasks import build_task
-from ssa_repro.training import checkpoint, curriculum
+from ssa_repro.tasks import Stage, build_task
+from ssa_repro.training import curriculum
 from ssa_repro.training.metrics_log import read_metrics
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
 from ssa_repro.training.setup import rank_data_seed
@@ -42,7 +43,8 @@ def _reference(steps: int, world: int = 2):
         n = curriculum.n_points(cfg.curriculum, step)
         set_lr(opt, lr_at(cfg.train, step))
         per_rank = [
-            task.training_loss(model, task.train_batch(step, cfg.train.batch_size, n, g, "cpu")) for g in gens
+            task.training_loss(model, task.train_batch(step, cfg.train.batch_size, Stage(n), g, "cpu"))
+            for g in gens
         ]
         loss = sum(per_rank) / world
         loss.backward()

@@ -16,7 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ssa_repro.tasks import TASKS, build_task
+from ssa_repro.tasks import TASKS, Stage, build_task
 from ssa_repro.tasks import baselines as B
 from ssa_repro.training import curriculum
 from tests.conftest import ROOT, make_cfg
@@ -118,7 +118,7 @@ def test_dimension_curriculum():
     assert [curriculum.n_dims(cfg, s) for s in (0, 1999, 2000, 30000)] == [5, 5, 6, 20]
     assert curriculum.n_dims(OmegaConf.create({"enabled": True, "dims_start": 0}), 10**6) is None
     t = task("linear_regression", n_dims=8)
-    b = t.train_batch(0, 4, 6, torch.Generator().manual_seed(0), "cpu", dims=3)
+    b = t.train_batch(0, 4, Stage(6, 3), torch.Generator().manual_seed(0), "cpu")
     assert (b.xs[..., 3:] == 0).all() and (b.xs[..., :3] != 0).all()
 
 

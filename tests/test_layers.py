@@ -1,9 +1,11 @@
 """The package imports in one direction only, without cycles and without imports hidden in functions:
 
-    core → scorers, data → models → tasks → training → evaluation → reports → config, resolvers
+    core → scorers, data → models → tasks → training, evaluation → reports → config, resolvers
          → entry points (cli, launch)
 
-A module may import its own layer or a lower one. Imports are read from the source (``ast``), so a
+A module may import its own layer or a lower one; siblings of one layer (scorers and data, training and
+evaluation) do not import each other: evaluation reads a run folder through ``core.rundir``, as
+training writes it. Imports are read from the source (``ast``), so a
 cycle hidden behind an import inside a function is found too; such imports of the package are not
 allowed at all (they were the usual way to dodge a cycle). ``hydra._internal`` is never imported.
 """
@@ -25,19 +27,26 @@ LAYERS = {
     "models": 2,
     "tasks": 3,
     "training": 4,
-    "evaluation": 5,
-    "reports": 6,
-    "config": 7,
-    "resolvers": 7,
-    "cli": 8,
-    "launch": 8,
+    "evaluation": 4,
+    "reports": 5,
+    "config": 6,
+    "resolvers": 6,
+    "cli": 7,
+    "launch": 7,
 }
+SIBLINGS = [("scorers", "data"), ("training", "evaluation")]  # same layer, never importing each other
 
 
 def module_name(path: Path) -> str:
     rel = path.relative_to(ROOT).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
     return ".".join(parts)
+
+
+def package(module: str) -> str:
+    """``ssa_repro.training.trainer`` -> ``training`` (the package's own ``__init__``: "")."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
 
 
 def layer(module: str) -> int:
@@ -90,6 +99,17 @@ def test_every_import_goes_down_or_sideways():
             if layer(t) > layer(m):
                 upward.append(f"{m} (layer {layer(m)}) imports {t} (layer {layer(t)})")
     assert not upward, "\n".join(upward)
+
+
+@pytest.mark.parametrize("a, b", SIBLINGS)
+def test_siblings_do_not_import_each_other(a, b):
+    crossing = [
+        f"{m} imports {t}"
+        for m, targets in graph().items()
+        for t in targets
+        if {package(m), package(t)} == {a, b}
+    ]
+    assert not crossing, "\n".join(crossing)
 
 
 def test_no_import_cycle():

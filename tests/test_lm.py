@@ -13,13 +13,13 @@ from hydra import compose, initialize_config_dir
 
 from ssa_repro.cli import evaluate_app
 from ssa_repro.cli.train_app import run_job
+from ssa_repro.core.checkpoint import load as load_ckpt
 from ssa_repro.evaluation import multiple_choice as mc
 from ssa_repro.evaluation.perplexity import stream_nll, windows
 from ssa_repro.models import build_model
 from ssa_repro.reports.lm_table import lm_table
 from ssa_repro.reports.lm_table import main as lm_table_main
-from ssa_repro.tasks import build_task
-from ssa_repro.training.checkpoint import load as load_ckpt
+from ssa_repro.tasks import Stage, build_task
 from ssa_repro.training.trainer import train
 from ssa_repro.training.validate import problems
 from tests.conftest import CONF, make_cfg, needs_shared
@@ -115,7 +115,8 @@ def test_data_position_is_a_pure_function_of_the_index(tmp_path):
     # a fresh task (a resumed run) reads exactly what the running one reads, in any order of calls
     for i in (7, 0, 3 * s, 1):
         assert torch.equal(
-            a.train_batch(i, 8, 1, None, "cpu").tokens, b.train_batch(i, 8, 1, None, "cpu").tokens
+            a.train_batch(i, 8, Stage(1), None, "cpu").tokens,
+            b.train_batch(i, 8, Stage(1), None, "cpu").tokens,
         )
     # one epoch reads each window exactly once, never past the end; epochs differ
     starts, epochs = a.window_starts(0, 2 * s)
@@ -125,7 +126,7 @@ def test_data_position_is_a_pure_function_of_the_index(tmp_path):
         assert len(np.unique(st)) == s and (np.diff(st) == ctx).all()
         assert st.max() + ctx + 1 <= len(a.corpus("train"))
     assert not np.array_equal(starts[:s], starts[s:] - 0)
-    batch = a.train_batch(0, 8, 1, None, "cpu")
+    batch = a.train_batch(0, 8, Stage(1), None, "cpu")
     assert torch.equal(batch.tokens[:, 1:], batch.targets[:, :-1])  # targets are the shifted inputs
 
 
@@ -171,7 +172,7 @@ def test_untrained_loss_is_log_vocab(tmp_path):
     task = build_task(cfg.task)
     torch.manual_seed(0)
     model = build_model(cfg.model, cfg.scorer)
-    loss = task.training_loss(model, task.train_batch(0, 8, 1, None, "cpu")).item()
+    loss = task.training_loss(model, task.train_batch(0, 8, Stage(1), None, "cpu")).item()
     assert abs(loss - math.log(cfg.model.vocab_size)) < 0.05
 
 

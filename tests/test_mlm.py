@@ -20,8 +20,8 @@ from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.zorro import ZorroConfig
 from ssa_repro.models import build_model
 from ssa_repro.scorers import SCORERS
-from ssa_repro.tasks import build_task
-from ssa_repro.tasks.mlm import hidden_states, logits_at, mask_tokens
+from ssa_repro.tasks import Stage, build_task
+from ssa_repro.tasks.mlm import logits_at, mask_tokens
 from ssa_repro.training import validate
 from ssa_repro.training.trainer import train
 from tests.conftest import CONF, make_cfg
@@ -119,7 +119,7 @@ def test_train_batches_are_a_pure_function_of_index_and_cover_the_epoch(data_roo
     a, b = build_task(cfg.task), build_task(cfg.task)
     gen = torch.Generator()
     for i in (0, 5, 3):
-        x, y = a.train_batch(i, 8, 0, gen, "cpu"), b.train_batch(i, 8, 0, gen, "cpu")
+        x, y = a.train_batch(i, 8, Stage(0), gen, "cpu"), b.train_batch(i, 8, Stage(0), gen, "cpu")
         assert torch.equal(x.tokens, y.tokens) and torch.equal(x.targets, y.targets)
     n = a.batches_per_epoch(8)
     batches = a.epoch_batches(0, 8)
@@ -133,7 +133,7 @@ def test_train_batches_are_a_pure_function_of_index_and_cover_the_epoch(data_roo
     assert [list(r) for r in a.epoch_batches(1, 8)] != [list(r) for r in batches]  # a new order per epoch
     other = build_task(mlm_cfg(data_root, "seed=1").task)
     assert not torch.equal(
-        other.train_batch(0, 8, 0, gen, "cpu").tokens, a.train_batch(0, 8, 0, gen, "cpu").tokens
+        other.train_batch(0, 8, Stage(0), gen, "cpu").tokens, a.train_batch(0, 8, Stage(0), gen, "cpu").tokens
     )
 
 
@@ -224,7 +224,7 @@ def test_head_at_selected_positions_equals_the_full_forward(post_ln):
     x = torch.randint(5, 64, (3, 11))
     sel = torch.rand(3, 11) < 0.3
     full = model(x)
-    assert torch.allclose(hidden_states(model, x) @ model.wte.weight.T, full, atol=1e-6)
+    assert torch.allclose(model.hidden(x)[0] @ model.wte.weight.T, full, atol=1e-6)
     assert torch.allclose(logits_at(model, x, sel), full[sel], atol=1e-6)
 
 

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ssa_repro.core import atomic
+from ssa_repro.core import atomic, checkpoint
 from ssa_repro.core.atomic import ConfigFileError, StorageError
-from ssa_repro.training import checkpoint
 from tests.conftest import ROOT
 
 
@@ -158,7 +157,7 @@ def test_file_size_limit_for_real(tmp_path):
         f"""
         import resource, signal, sys, torch
         sys.path.insert(0, {str(ROOT)!r})
-        from ssa_repro.training import checkpoint
+        from ssa_repro.core import checkpoint
         from ssa_repro.core.atomic import StorageError
         checkpoint.save({str(tmp_path / "last.pt")!r}, {{"step": 1}})
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -275,7 +274,7 @@ def test_a_sigkilled_checkpoint_write_leaves_a_temp_file_that_is_cleaned(tmp_pat
         f"""
         import os, sys, torch
         sys.path.insert(0, {str(ROOT)!r})
-        from ssa_repro.training import checkpoint
+        from ssa_repro.core import checkpoint
         def save(obj, f, *a, **k):
             open(f, "wb").write(b"x" * 1000)
             os.kill(os.getpid(), 9)

@@ -9,12 +9,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
-from ssa_repro.training import checkpoint
+from ssa_repro.core import checkpoint
+from ssa_repro.core.rundir import RunDir
 from ssa_repro.training.distributed import Interrupted, PreemptionGuard, exit_quietly_on_interrupt
 from tests.conftest import ROOT, TINY
 
@@ -109,9 +109,11 @@ def test_second_sigint_during_a_checkpoint_write_keeps_the_old_checkpoint(tmp_pa
 
 
 @pytest.mark.slow
-def test_sigint_saves_a_checkpoint_exits_130_quietly_and_resume_matches(tmp_path):
-    """SIGINT mid-run, long before the next checkpoint interval: a checkpoint at the step it is at, exit
-    code 130, no traceback; resumed, it ends exactly where an uninterrupted run ends."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_saves_a_checkpoint_exits_128_plus_it_and_resume_matches(tmp_path, sig):
+    """SIGINT (Ctrl-C) or SIGTERM (a scheduler's stop) mid-run, long before the next checkpoint interval:
+    a checkpoint at the step it is at, exit code 128 + the signal (130, 143), no traceback after a
+    Ctrl-C; resumed, it ends exactly where an uninterrupted run ends."""
     args = [a for a in TINY if not a.startswith("train.")] + [
         "train.batch_size=8",
         "train.steps=400",
@@ -133,13 +135,14 @@ def test_sigint_saves_a_checkpoint_exits_130_quietly_and_resume_matches(tmp_path
     deadline = time.time() + 120
     while proc.poll() is None and time.time() < deadline and not metrics.exists():
         time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err + out
-    step = checkpoint.load(run / "checkpoints" / "last.pt")["step"]
+    assert proc.returncode == 128 + sig, err
+    if sig == signal.SIGINT:
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err + out
+    step = checkpoint.load(RunDir(run).last_checkpoint)["step"]
     assert 10 <= step < 400, step  # saved on the signal, far from the 100000-step interval
-    assert f"signal {int(signal.SIGINT)}: checkpoint saved at step {step}" in (run / "train.log").read_text()
+    assert f"signal {int(sig)}: checkpoint saved at step {step}" in RunDir(run).log_file.read_text()
     for d in (run, ref):
         subprocess.run(
             [sys.executable, "train.py", *args, f"hydra.run.dir={d}"],
@@ -148,6 +151,6 @@ def test_sigint_saves_a_checkpoint_exits_130_quietly_and_resume_matches(tmp_path
             check=True,
             capture_output=True,
         )
-    a, b = (checkpoint.load(Path(d) / "checkpoints" / "last.pt") for d in (ref, run))
+    a, b = (checkpoint.load(RunDir(d).last_checkpoint) for d in (ref, run))
     assert a["step"] == b["step"] == 400
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])

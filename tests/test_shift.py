@@ -4,6 +4,8 @@ where least squares must answer exactly what linear algebra says it can."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +15,7 @@ from omegaconf import OmegaConf
 from ssa_repro.evaluation import shift as S
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.runner import evaluate
+from ssa_repro.reports import compare
 from ssa_repro.tasks import TASKS, build_task
 from ssa_repro.training.trainer import train
 from ssa_repro.training.validate import problems
@@ -133,3 +136,24 @@ def test_shift_evaluation_end_to_end_with_exact_least_squares(linear_d_run):
     zero = res[(res.predictor == "zero") & (res.metric == "mse_last")].set_index("variant")["value"]
     assert ls["orthogonal_subspaces"] == pytest.approx(zero["orthogonal_subspaces"], rel=1e-4)
     assert (folder / "baselines_shift.png").exists()
+
+
+def test_shift_results_compare_across_runs(linear_d_run, tmp_path):
+    """compare.py reads the shift evaluation's stored layout (variant × length): two runs whose stored
+    values differ by a known amount compare cell by cell, with string rows."""
+    cfg = OmegaConf.merge(
+        OmegaConf.structured(S.ShiftConfig), {"n_samples": 1, "batch_size": 16, "lengths": [9]}
+    )
+    evaluate(load_run(linear_d_run, CPU), cfg)  # stored already when the test above ran: reused
+    runs = {}
+    for label, offset in (("a", 0.0), ("b", 0.5)):
+        runs[label] = shutil.copytree(linear_d_run, tmp_path / label)
+        for part in (runs[label] / "eval" / "shift").rglob("parts/results-*.csv"):
+            frame = pd.read_csv(part)
+            frame["value"] = frame["value"] + offset
+            frame.to_csv(part, index=False)
+    comp = compare.collect([runs["a"], runs["b"]], eval="shift")
+    assert (comp.rows, comp.cols, comp.metric, comp.kind) == ("variant", "length", "mse_last", "positive")
+    a, b = comp.grid(comp.labels[0]), comp.grid(comp.labels[1])
+    assert set(a.index) == set(S.VARIANTS) and list(a.columns) == [9]
+    assert np.allclose(b.to_numpy() - a.to_numpy(), 0.5)

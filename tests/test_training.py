@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from ssa_repro.cli.train_app import run_job
+from ssa_repro.core import checkpoint
+from ssa_repro.core.checkpoint import CheckpointError
+from ssa_repro.core.rundir import config_mismatches
 from ssa_repro.evaluation.store import stored
 from ssa_repro.models import build_model
-from ssa_repro.training import checkpoint
-from ssa_repro.training.checkpoint import CheckpointError
 from ssa_repro.training.checkpointer import TrainingDiverged
 from ssa_repro.training.metrics_log import read_metrics
-from ssa_repro.training.run_state import config_mismatches
 from ssa_repro.training.trainer import train
 from ssa_repro.training.validate import ConfigError
 from tests.conftest import CONF, ROOT, TINY, make_cfg

@@ -14,31 +14,31 @@ from typing import Any
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ssa_repro.cli import sweeps
 from ssa_repro.cli.keys import unknown_keys
 from ssa_repro.cli.train_app import log_evaluation
 from ssa_repro.core import atomic, tracking
 from ssa_repro.core.atomic import StorageError
+from ssa_repro.core.checkpoint import CheckpointError
+from ssa_repro.core.rundir import RunDir, RunFolderError, plain, resolve_device
 from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.data.paths import CorpusError
 from ssa_repro.evaluation import runner
-from ssa_repro.evaluation.loading import RunFolderError, load_run, read_config
-from ssa_repro.evaluation.loading import problems as folder_problems
+from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.store import StoreError
 from ssa_repro.training import distributed
-from ssa_repro.training.checkpoint import CheckpointError
-from ssa_repro.training.setup import resolve_device
 
 
 def problems(cfg: DictConfig) -> list[str]:
     """Everything knowable before loading the model: the folder, keys, the evaluation for this run."""
-    found = folder_problems(cfg.run_dir)
+    run = RunDir(cfg.run_dir)
+    found = run.problems()
     if found:
         return found
     try:
-        run_cfg = read_config(cfg.run_dir)
+        run_cfg = run.config()
     except RunFolderError as e:
         return [str(e)]
     return unknown_keys(cfg) + runner.check(run_cfg, cfg.eval)
@@ -104,9 +104,8 @@ def main(cfg: DictConfig) -> dict:
             run = load_run(cfg.run_dir, resolve_device(cfg.device))
             summary = runner.evaluate(run, cfg.eval, between=guard.check)
             if summary.get("cells_computed"):  # its own W&B run, in the training run's group
-                config = OmegaConf.to_container(run.cfg, resolve=True)
                 with tracking.Tracker.for_evaluation(
-                    run.run_dir, config, summary["protocol"], summary["evaluation"]
+                    run.run_dir, plain(run.cfg), summary["protocol"], summary["evaluation"]
                 ) as ev:
                     log_evaluation(ev, summary, summary["evaluation"])
             return summary

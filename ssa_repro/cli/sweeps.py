@@ -24,7 +24,8 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from ssa_repro.core.atomic import write_text
-from ssa_repro.reports.runs import JOBS_FILE, job_dirs
+from ssa_repro.core.rundir import FAILED, JOBS, RunDir
+from ssa_repro.reports.runs import job_dirs
 from ssa_repro.resolvers import MAX_DIR, SWEEP_KEYS_ENV, eval_sweep_dir, job_dir  # noqa: F401
 
 
@@ -47,12 +48,9 @@ def sweep_jobs(config, loader=None) -> list[list[str]]:
 
 def write_jobs(sweep_dir: str | Path, jobs: list[list[str]]) -> Path:
     """``<sweep dir>/jobs.yaml``: every job's overrides (atomic; the same sweep writes the same list)."""
-    path = Path(sweep_dir) / JOBS_FILE
+    path = Path(sweep_dir) / JOBS
     write_text(path, yaml.safe_dump([list(j) for j in jobs], sort_keys=False))
     return path
-
-
-FAILED_FILE = "failed.txt"  # in a job folder: why the job failed (first line), then the traceback
 
 
 def failures(sweep_dir: str | Path, since: float) -> list[str]:
@@ -60,7 +58,7 @@ def failures(sweep_dir: str | Path, since: float) -> list[str]:
     ``since`` (a time.time(): this invocation's failures, not a failure an earlier run left behind)."""
     out = []
     for job in job_dirs(Path(sweep_dir)):
-        path = job / FAILED_FILE
+        path = RunDir(job).failed_file
         try:
             if path.stat().st_mtime < since:
                 continue
@@ -74,8 +72,8 @@ def failures(sweep_dir: str | Path, since: float) -> list[str]:
 def failure_message(lines: list[str], n_jobs: int | None) -> str:
     """The sweep's last words when jobs failed: how many, then one line per failed job."""
     of = f" of {n_jobs}" if n_jobs else ""
+    jobs = "jobs" if (n_jobs or len(lines)) != 1 else "job"
     return (
-        f"Error: {len(lines)}{of} sweep job{'s' if (n_jobs or len(lines)) != 1 else ''} failed (the others went on; each "
-        f"job's {FAILED_FILE} holds the traceback; run the sweep again to retry them):\n  - "
-        + "\n  - ".join(lines)
+        f"Error: {len(lines)}{of} sweep {jobs} failed (the others went on; each job's {FAILED} holds the "
+        "traceback; run the sweep again to retry them):\n  - " + "\n  - ".join(lines)
     )

@@ -35,6 +35,8 @@ from ssa_repro.cli import sweeps
 from ssa_repro.cli.keys import unknown_keys
 from ssa_repro.core import tracking
 from ssa_repro.core.atomic import ConfigFileError, StorageError, write_json, write_text
+from ssa_repro.core.checkpoint import CheckpointError
+from ssa_repro.core.rundir import RunDir, plain, resolve_device
 from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.data.paths import CorpusError
 from ssa_repro.evaluation import EVALUATORS, runner
@@ -42,9 +44,7 @@ from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.runner import QuickConfig
 from ssa_repro.evaluation.store import StoreError
 from ssa_repro.training import distributed, memory, run_state, validate
-from ssa_repro.training.checkpoint import CheckpointError
 from ssa_repro.training.checkpointer import TrainingDiverged
-from ssa_repro.training.setup import plain, resolve_device
 from ssa_repro.training.trainer import run_name, train
 from ssa_repro.training.validate import ConfigError
 
@@ -214,7 +214,7 @@ def evaluate_after_training(cfg: DictConfig, run_dir: Path, summary: dict, track
                 log_evaluation(ev, result, e.name)
     updated = {**summary, "evaluations": results}
     if updated != summary:
-        write_json(run_dir / "summary.json", updated)
+        write_json(RunDir(run_dir).summary_file, updated)
     return updated
 
 
@@ -227,9 +227,10 @@ def run_job(cfg: DictConfig, run_dir: str | Path) -> dict:
     exit_code = 1
     with distributed.PreemptionGuard() as guard:
         try:
-            if main and run_state.prepare(cfg, run_dir).finished is None:
+            prepared = run_state.prepare(cfg, run_dir)  # read once, under the lock
+            if main and prepared.finished is None:
                 tracker = tracking.Tracker.for_training(cfg.logger, run_dir, plain(cfg), run_name(cfg))
-            summary = train(cfg, run_dir, tracker=tracker, guard=guard)
+            summary = train(cfg, run_dir, tracker=tracker, guard=guard, prepared=prepared)
             if main:
                 guard.check()  # a signal that came as training ended: do not start the evaluation
                 lock.downgrade("train+evaluate")
@@ -258,7 +259,7 @@ def main(cfg: DictConfig) -> dict:
             cfg.logger.group = Path(hc.sweep.dir).name
         tags = [str(o)[:TAG_LEN] for o in hc.overrides.task if not str(o).startswith("logger.")]
         cfg.logger.tags = list(dict.fromkeys([*cfg.logger.tags, *tags]))
-    failed = run_dir / sweeps.FAILED_FILE
+    failed = RunDir(run_dir).failed_file
     try:
         summary = run_job(cfg, run_dir)
     except Exception as e:

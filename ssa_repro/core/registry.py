@@ -3,7 +3,9 @@
 Tasks, models and scorers each have one. Adding a component is: write the class (and, for tasks and
 scorers, its config dataclass) in one file, decorate it with ``@REGISTRY.register("name", schema=...)``,
 add ``conf/<group>/name.yaml``. The schema is stored in Hydra's ConfigStore as ``schema/<group>/<name>``
-by :func:`ssa_repro.config.register_configs`. Nothing else needs to change.
+by :func:`ssa_repro.config.register_configs`, and a run folder's saved config is read over it
+(:func:`schema_of`, used by :class:`ssa_repro.core.rundir.RunDir`). The one other step: import the
+module in its package's ``__init__.py`` (importing it registers it; docs/development.md lists the files).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+_BY_KIND: dict[str, Registry] = {}  # the package's registries by kind ("task", "scorer", ...)
 
 
 class UnknownNameError(KeyError):
@@ -26,6 +29,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self._items: dict[str, T] = {}
         self.schemas: dict[str, type] = {}  # name -> config dataclass, where the component has one
+        _BY_KIND.setdefault(kind, self)
 
     def register(self, name: str, schema: type | None = None) -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -50,3 +54,11 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._items
+
+
+def schema_of(kind: str, name: str) -> type | None:
+    """The config dataclass registered as ``name`` in the registry of ``kind`` (``"task"``,
+    ``"scorer"``, ...), or None when there is none: lower layers read a component's schema without
+    importing the layer that defines it (the registry is filled when that layer is imported)."""
+    registry = _BY_KIND.get(kind)
+    return None if registry is None else registry.schemas.get(name)

@@ -83,6 +83,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ssa_repro.core.enums import value_of
+from ssa_repro.core.rundir import SUMMARY, RunDir
 
 log = logging.getLogger(__name__)
 
@@ -423,7 +424,7 @@ class Tracker:
             or (f"{train_name}-{train['id']}" if train.get("id") else None)
         )
         run_id = _new_id()
-        out_dir = run_dir / "eval" / name
+        out_dir = RunDir(run_dir).eval_dir / name
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / ID_FILE).write_text(run_id + "\n")
         config = {
@@ -538,7 +539,7 @@ class Tracker:
         files = [Path(f) for f in figures]
         folders = {f.parent for f in files}
         for folder in folders:
-            files += [folder / f"{stem}.csv" for stem in tables] + [folder / "summary.json"]
+            files += [folder / f"{stem}.csv" for stem in tables] + [folder / SUMMARY]
         self.log_artifact(f"eval-{name}-{self.run.id}", "evaluation", files)
 
     def set_summary(self, values: Mapping[str, Any]) -> None:

@@ -32,7 +32,7 @@ from ssa_repro.core import plotting
 from ssa_repro.core.atomic import atomic_path
 from ssa_repro.evaluation.deviant import attention_chunk, draw_map, insert, token_labels
 from ssa_repro.evaluation.intervals import summarize
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, supported
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.tasks.base import Batch, Prompts
 
@@ -271,16 +271,10 @@ class Attention(Evaluator):
 
     name = "attention"
     axes = ("sigmas", "magnitudes")
+    fills_length = "length"
     coords = ("sweep", "sigma_x", "M")
 
-    def resolve(self) -> None:
-        if self.cfg.length is None:
-            self.cfg.length = int(self.run_cfg.curriculum.end)
-
-    def problems(self) -> list[str]:
-        found = supported(self.task, "attention")
-        if found:
-            return found
+    def check(self) -> list[str]:
         if self.run_cfg.model.name == "ff_only":
             return ["eval=attention needs a model with attention, not model=ff_only"]
         cfg, out = self.cfg, []

@@ -84,7 +84,7 @@ from ssa_repro.core import distributions as D
 from ssa_repro.core import plotting
 from ssa_repro.core.atomic import atomic_path
 from ssa_repro.evaluation.inference import predict
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, supported
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.tasks.base import Batch, Prompts
 from ssa_repro.tasks.baselines import least_squares
@@ -343,16 +343,10 @@ class Boundary(Evaluator):
 
     name = "boundary"
     axes = ("sigmas_f",)
+    fills_length = "n_points"
     coords = ("variant", "sigma_f")
 
-    def resolve(self) -> None:
-        if self.cfg.n_points is None:
-            self.cfg.n_points = int(self.run_cfg.curriculum.end)
-
-    def problems(self) -> list[str]:
-        found = supported(self.task, "boundary")
-        if found:
-            return found
+    def check(self) -> list[str]:
         cfg, out = self.cfg, []
         n = cfg.n_points
         if n < 3:

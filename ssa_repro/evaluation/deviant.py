@@ -46,7 +46,7 @@ from ssa_repro.core import plotting
 from ssa_repro.core.enums import value_of
 from ssa_repro.evaluation.inference import MAX_ATTENTION_ELEMENTS
 from ssa_repro.evaluation.intervals import summarize
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, supported
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.tasks.base import Batch
 
@@ -354,16 +354,10 @@ class DeviantConfig(EvalConfig):
 class Deviant(Evaluator):
     name = "deviant"
     axes = ("magnitudes", "counts")
+    fills_length = "length"
     coords = ("M", "k")
 
-    def resolve(self) -> None:
-        if self.cfg.length is None:
-            self.cfg.length = int(self.run_cfg.curriculum.end)
-
-    def problems(self) -> list[str]:
-        found = supported(self.task, "deviant")
-        if found:
-            return found
+    def check(self) -> list[str]:
         cfg, out = self.cfg, []
         n = cfg.length
         per = self.task.stride()

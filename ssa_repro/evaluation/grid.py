@@ -37,7 +37,7 @@ import torch
 from ssa_repro.core import plotting
 from ssa_repro.evaluation.inference import predict, predict_batches
 from ssa_repro.evaluation.intervals import summarize
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, supported
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.tasks.base import Prompts
 from ssa_repro.tasks.baselines import BASELINES
@@ -82,6 +82,7 @@ def scale(prompts: Prompts, shift: dict) -> Prompts:
 class GridEvaluation(Evaluator):
     name = "grid"
     axes = ("sigmas", "sigmas_f", "lengths")
+    fills_length = "lengths"
 
     def __init__(self, cfg, run_cfg, task):
         super().__init__(cfg, run_cfg, task)
@@ -97,8 +98,7 @@ class GridEvaluation(Evaluator):
         for key in ("sigmas", "lengths", "n_samples", "batch_size"):
             if c[key] is None:
                 c[key] = preset.get(key)
-        if c.lengths is None:
-            c.lengths = [int(self.run_cfg.curriculum.end)]
+        super().resolve()  # lengths: [curriculum.end] where the preset has none
         if "sigma_f" in spec.axes and c.sigmas_f is None:
             c.sigmas_f = list(c.sigmas)
         if c.nested is None:
@@ -115,10 +115,7 @@ class GridEvaluation(Evaluator):
     def nested(self) -> bool:
         return bool(self.cfg.nested) and not getattr(self.task, "balanced", False)
 
-    def problems(self) -> list[str]:
-        found = supported(self.task, "grid")
-        if found:
-            return found
+    def check(self) -> list[str]:
         c, out = self.cfg, []
         if c.preset not in PRESETS:
             out.append(f"eval.preset={c.preset!r} is not allowed; allowed: {', '.join(PRESETS)}")
@@ -154,7 +151,7 @@ class GridEvaluation(Evaluator):
                 "(no prediction of the shortest prompts would be scored)"
             )
         out += baseline_problems(c.baselines)
-        if c.nested and not self.run_cfg.model.get("causal", True):
+        if c.nested and not self.run_cfg.model.causal:
             out.append("eval.nested=true needs a causal model (model.causal=true): use eval.nested=false")
         return out
 

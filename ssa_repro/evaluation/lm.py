@@ -31,7 +31,7 @@ from ssa_repro.evaluation import multiple_choice as mc
 from ssa_repro.evaluation.multiple_choice import PAPER_MISSING, TokenLM
 from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.evaluation.perplexity import stream_nll, summarise
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, supported
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 
 log = logging.getLogger("ssa_repro.evaluate")
 
@@ -142,10 +142,7 @@ class LMEval(Evaluator):
 
     name = "lm"
 
-    def problems(self) -> list[str]:
-        found = supported(self.task, "lm")
-        if found:
-            return found
+    def check(self) -> list[str]:
         run_cfg, cfg, out = self.run_cfg, self.cfg, []
         bad = [s for s in cfg.splits if s not in ("heldout", "valid", "test")]
         if bad:

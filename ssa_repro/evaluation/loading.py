@@ -1,4 +1,5 @@
-"""Loading a trained run folder for evaluation, with clear errors before any work."""
+"""Loading a trained run folder (:class:`ssa_repro.core.rundir.RunDir`) for evaluation: its model,
+task and config, with clear errors before any work."""
 
 from __future__ import annotations
 
@@ -6,22 +7,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from ssa_repro.core.rundir import RunDir, RunFolderError, config_mismatches, plain, typed
 from ssa_repro.models import Transformer, build_model
 from ssa_repro.tasks import Task, build_task
-from ssa_repro.training import checkpoint
-from ssa_repro.training.run_state import config_mismatches
 
-
-class RunFolderError(ValueError):
-    """A run folder that cannot be evaluated: missing, incomplete, or inconsistent."""
+__all__ = ["LoadedRun", "RunFolderError", "load_run"]
 
 
 @dataclass
 class LoadedRun:
     run_dir: Path
-    cfg: DictConfig  # the run's resolved config (config.yaml)
+    cfg: DictConfig  # the run's config, read over the schema (RunDir.config)
     model: Transformer
     task: Task
     step: int  # training steps behind the checkpoint
@@ -32,7 +30,7 @@ class LoadedRun:
         """Columns identifying the run in every table row."""
         return {
             "task": self.cfg.task.name,
-            "scorer": self.cfg.scorer.get("label", self.cfg.scorer.name),
+            "scorer": self.cfg.scorer.label,
             "model": self.cfg.model.name,
             "seed": self.cfg.seed,
             "step": self.step,
@@ -46,47 +44,28 @@ class LoadedRun:
         )
 
 
-def problems(run_dir: str | Path) -> list[str]:
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return [f"run_dir={run_dir} is not a folder"]
-    missing = [p for p in ("config.yaml", "checkpoints/last.pt") if not (run_dir / p).exists()]
-    return [f"run_dir={run_dir} has no {p} (not a finished or started training run folder)" for p in missing]
-
-
-def read_config(run_dir: str | Path) -> DictConfig:
-    """The run's ``config.yaml``, or a RunFolderError naming the file when it cannot be read."""
-    path = Path(run_dir) / "config.yaml"
-    try:
-        cfg = OmegaConf.load(path)
-    except Exception as e:  # noqa: BLE001  (yaml and OmegaConf raise many kinds)
-        raise RunFolderError(
-            f"{path} is not a readable config ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-            "restore it from .hydra/config.yaml in the same folder, or evaluate another run"
-        ) from None
-    if not isinstance(cfg, DictConfig) or "task" not in cfg or "name" not in cfg.task:
-        raise RunFolderError(f"{path} has no task.name: not a training run's config")
-    return cfg
-
-
 def load_run(run_dir: str | Path, device: torch.device) -> LoadedRun:
-    found = problems(run_dir)
+    """The run's model (weights of ``RunDir.last_checkpoint``) on ``device``, its task and its config
+    read over the schema; a RunFolderError before any work when the folder is incomplete or its
+    checkpoint does not belong to its config."""
+    run = RunDir(run_dir)
+    found = run.problems()
     if found:
         raise RunFolderError("; ".join(found))
-    run_dir = Path(run_dir)
-    cfg = read_config(run_dir)
-    state = checkpoint.load(run_dir / "checkpoints" / "last.pt")
-    bad = config_mismatches(state["config"], OmegaConf.to_container(cfg))
+    cfg = run.config()
+    state = run.load_checkpoint()
+    bad = config_mismatches(plain(typed(state["config"])), plain(cfg))  # both over the schema
     if bad:
         raise RunFolderError(
-            f"{run_dir}: checkpoints/last.pt does not belong to config.yaml:\n  - " + "\n  - ".join(bad)
+            f"{run.path}: {run.last_checkpoint.relative_to(run.path)} does not belong to "
+            f"{run.config_file.name}:\n  - " + "\n  - ".join(bad)
         )
     model = build_model(cfg.model, cfg.scorer)
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
         raise RunFolderError(
-            f"{run_dir}: the checkpoint does not fit the model in config.yaml: {e}"
+            f"{run.path}: the checkpoint does not fit the model in {run.config_file.name}: {e}"
         ) from None
     model.to(device).eval()
-    return LoadedRun(run_dir, cfg, model, build_task(cfg.task), int(state["step"]), device)
+    return LoadedRun(run.path, cfg, model, build_task(cfg.task), int(state["step"]), device)

@@ -6,8 +6,11 @@ before any model is loaded) and says:
   ``axes``            config keys whose values are cells (``sigmas``, ``lengths``, ...): they are not
                       part of the protocol, so evaluations that differ only there pool their cells
   ``coords``          the columns that identify a cell in its tables (``sigma_x``, ``length``, ...)
-  ``resolve()``       fill the config's nulls from the run and the task (called first)
-  ``problems()``      everything wrong with the config for this run, before any work
+  ``fills_length``    the key whose null is the run's longest training prompt (``curriculum.end``;
+                      a one-element list where the key is an axis); ``resolve()`` fills it and
+                      further nulls an evaluator knows (called first)
+  ``check()``         everything wrong with the config for this run, before any work; ``problems()``
+                      asks first whether the task supports the evaluation at all
   ``cells()``         the cells the config asks for (dicts of coordinate values)
   ``compute(run, cells, progress)``
                       yields tables (``{"results": frame, ...}``) holding complete cells, so an
@@ -44,6 +47,7 @@ class Evaluator:
     version: int = 1  # bump when the computation changes: older cells then belong to another protocol
     axes: tuple[str, ...] = ()
     coords: tuple[str, ...] = ()
+    fills_length: str | None = None
 
     def __init__(self, cfg, run_cfg, task):
         self.cfg = cfg
@@ -51,9 +55,19 @@ class Evaluator:
         self.task = task
 
     def resolve(self) -> None:
-        """Fill the config's nulls from the run (e.g. ``length: null`` = ``curriculum.end``)."""
+        """Fill the config's nulls from the run (``fills_length``: null = ``curriculum.end``)."""
+        key = self.fills_length
+        if key is not None and self.cfg[key] is None:
+            end = int(self.run_cfg.curriculum.end)
+            self.cfg[key] = [end] if key in self.axes else end
 
     def problems(self) -> list[str]:
+        """Why this evaluation cannot run on this run: the task does not support it (said alone), or
+        what :meth:`check` finds."""
+        return supported(self.task, self.name) or self.check()
+
+    def check(self) -> list[str]:
+        """Problems with the config's values for this run (each naming key, value, what is allowed)."""
         return []
 
     def protocol(self) -> dict:

@@ -27,6 +27,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from typing import get_type_hints
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from ssa_repro.core.atomic import json_text, write_bytes, write_json
+from ssa_repro.core.rundir import SUMMARY
 from ssa_repro.evaluation.grid import GridConfig
 from ssa_repro.evaluation.loading import LoadedRun
 from ssa_repro.evaluation.progress import Progress
@@ -55,26 +57,26 @@ class DefaultConfig(GridConfig):
     name: str = "default"
 
 
-@dataclass
-class QuickConfig(EvalConfig):
-    """``eval=quick``: the task's end-of-run evaluation. For grid tasks the null values are the task's
-    quick grid (``Grid.quick``); set them to evaluate every run of a sweep on one fixed grid."""
-
-    name: str = "quick"
-    sigmas: list[float] | None = None
-    sigmas_f: list[float] | None = None
-    lengths: list[int] | None = None
-    n_samples: int | None = None
-    batch_size: int | None = None
-    skip_first: int = 3
-    seed: int = 1234
-    nested: bool | None = None
+QUICK_KEYS = ("sigmas", "sigmas_f", "lengths", "n_samples", "batch_size", "skip_first", "seed", "nested")
+_GRID_TYPES = get_type_hints(GridConfig)
+QuickConfig = dataclasses.make_dataclass(
+    "QuickConfig",
+    [("name", str, dataclasses.field(default="quick"))]
+    + [
+        (f.name, _GRID_TYPES[f.name], dataclasses.field(default=f.default))
+        for f in dataclasses.fields(GridConfig)
+        if f.name in QUICK_KEYS
+    ],
+    bases=(EvalConfig,),
+)
+QuickConfig.__doc__ = """``eval=quick``: the task's end-of-run evaluation. For grid tasks these keys are
+the grid's (``GridConfig``: the same types and defaults), their nulls the task's quick grid
+(``Grid.quick``); set them to evaluate every run of a sweep on one fixed grid."""
 
 
 EVALUATORS.register("default", schema=DefaultConfig)(DefaultConfig)
 EVALUATORS.register("quick", schema=QuickConfig)(QuickConfig)
 PRESETS = ("default", "quick")
-GRID_KEYS = [k for k in GridConfig.__dataclass_fields__ if k not in ("name", "force")]
 
 
 def _concrete(cfg, run_cfg, task) -> tuple[object, list[str]]:
@@ -93,16 +95,12 @@ def _concrete(cfg, run_cfg, task) -> tuple[object, list[str]]:
         target, settings = task.quick_evaluation()
     schema = EVALUATORS.schemas[target]
     given = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    if target == "grid":
-        keys = GRID_KEYS if cfg.name == "default" else list(QuickConfig.__dataclass_fields__)
-        chosen = {k: given[k] for k in keys if k in given and k not in ("name", "force")}
-        chosen = {k: v for k, v in chosen.items() if v is not None}
-        if cfg.name == "quick":
-            chosen.setdefault("preset", "quick")
-        merged = {**settings, **chosen}
+    own = {k: v for k, v in given.items() if k not in ("name", "force")}
+    if set(own) <= set(_keys(schema)):  # the preset's keys are the target's (its schema composes them)
+        merged = {**settings, **{k: v for k, v in own.items() if v is not None}}
     else:
         defaults = OmegaConf.to_container(OmegaConf.structured(DefaultConfig), enum_to_str=True)
-        changed = [k for k in given if k not in ("name", "force") and given[k] != defaults.get(k)]
+        changed = [k for k in own if given[k] != defaults.get(k)]
         if changed and cfg.name == "default":  # (quick's grid keys do not apply to corpus tasks)
             return cfg, [
                 f"eval.{', eval.'.join(changed)} belong to the grid evaluation; task {run_cfg.task.name}'s "
@@ -201,7 +199,7 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
             "seconds": seconds,
         }
     )
-    log.info("%s: %.1f s; %s", ev.name, seconds, store.dir / "summary.json")
+    log.info("%s: %.1f s; %s", ev.name, seconds, store.dir / SUMMARY)
     return summary
 
 
@@ -265,7 +263,7 @@ def redraw(store: Store, ev: Evaluator, title: str) -> dict:
         marked = results[results["non_finite"].fillna("") != ""] if "non_finite" in results else results[:0]
         if len(marked):  # cells whose values are not finite (marked when stored): said in the summary
             summary["non_finite_rows"] = int(len(marked))
-        _write_if_changed(store.dir / "summary.json", json_text(summary).encode())
+        _write_if_changed(store.dir / SUMMARY, json_text(summary).encode())
     return summary
 
 

@@ -37,7 +37,7 @@ from matplotlib.colors import LogNorm
 from ssa_repro.core import plotting
 from ssa_repro.evaluation.inference import predict
 from ssa_repro.evaluation.intervals import summarize
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, supported
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.tasks.base import Prompts
 from ssa_repro.tasks.baselines import BASELINES
@@ -133,24 +133,21 @@ class ShiftConfig(EvalConfig):
 class Shift(Evaluator):
     name = "shift"
     axes = ("variants", "lengths")
+    fills_length = "lengths"
     coords = ("variant", "length")
 
     def resolve(self) -> None:
-        if self.cfg.lengths is None:
-            self.cfg.lengths = [int(self.run_cfg.curriculum.end)]
+        super().resolve()
         if self.cfg.baselines is None:
             grid = getattr(getattr(self.task, "evaluation", None), "grid", None)
             self.cfg.baselines = list(grid.baselines) if grid is not None else []
 
-    def problems(self) -> list[str]:
-        found = supported(self.task, "shift")
-        if found:
-            return found
+    def check(self) -> list[str]:
         c, out = self.cfg, []
         bad = [v for v in c.variants if v not in VARIANTS]
         if bad or not c.variants:
             out.append(f"eval.variants has {bad or 'nothing'}; allowed: {', '.join(VARIANTS)}")
-        d = int(self.run_cfg.task.get("n_dims", 1))
+        d = int(self.run_cfg.model.n_in)  # the task's n_dims (1 for scalar tasks)
         flat = [v for v in c.variants if v in SUBSPACE]
         if d < 2 and flat:
             out.append(f"eval.variants {flat} need task.n_dims >= 2 (task.n_dims={d})")

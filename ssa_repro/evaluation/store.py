@@ -45,6 +45,7 @@ from pathlib import Path
 import pandas as pd
 
 from ssa_repro.core.atomic import atomic_path, write_json
+from ssa_repro.core.rundir import RunDir
 from ssa_repro.evaluation.stored_files import DamagedFile, read_part, read_protocol, set_aside, warn_once
 
 PROTOCOL_FILE = "protocol.json"
@@ -88,7 +89,7 @@ class Store:
         self.protocol = protocol
         self.coords = list(coords)
         self.id = pid or protocol_id(protocol)  # (a stored folder keeps its name)
-        self.dir = self.run_dir / "eval" / name / self.id
+        self.dir = RunDir(self.run_dir).eval_dir / name / self.id
         self.repair_parts = repair
         self._frames: dict[Path, pd.DataFrame] = {}  # parts are never rewritten: read each once
 
@@ -259,7 +260,7 @@ def stored(run_dir: str | Path, name: str | None = None) -> list[Store]:
     it again."""
     out = []
     pattern = f"{name}/*/{PROTOCOL_FILE}" if name else f"*/*/{PROTOCOL_FILE}"
-    for path in sorted((Path(run_dir) / "eval").glob(pattern)):
+    for path in sorted(RunDir(run_dir).eval_dir.glob(pattern)):
         try:
             info = read_protocol(path)
         except DamagedFile as e:

@@ -43,7 +43,7 @@ from ssa_repro.core import plotting
 from ssa_repro.data import childes
 from ssa_repro.data.paths import resolve_root
 from ssa_repro.evaluation.intervals import wilson
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, supported
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.tasks.mlm import logits_at
 
 log = logging.getLogger("ssa_repro.evaluate")
@@ -332,10 +332,7 @@ class Zorro(Evaluator):
 
     name = "zorro"
 
-    def problems(self) -> list[str]:
-        found = supported(self.task, "zorro")
-        if found:
-            return found
+    def check(self) -> list[str]:
         run_cfg, cfg, out = self.run_cfg, self.cfg, []
         bad = [m for m in cfg.methods if m not in METHODS]
         if bad or not cfg.methods:

@@ -25,12 +25,16 @@ import math
 from dataclasses import dataclass
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from ssa_repro.core.enums import value_of
 from ssa_repro.core.registry import Registry
+from ssa_repro.core.schema import ModelConfig
 from ssa_repro.models.attention import SelfAttention
 
 MODELS: Registry = Registry("model")
+MODEL_KEYS = set(ModelConfig.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -61,15 +65,15 @@ class Block(nn.Module):
     def __init__(self, cfg, scorer_cfg, blocks: Blocks, layer: int = 0):
         super().__init__()
         self.attn = self.mlp = None
-        self.post_ln = cfg.get("post_ln", False)
+        self.post_ln = cfg.post_ln
         if blocks.attention:
             self.ln_1 = nn.LayerNorm(cfg.n_embd)
             self.attn = SelfAttention(
                 cfg.n_embd,
                 cfg.n_head,
                 scorer_cfg,
-                causal=cfg.get("causal", True),
-                impl=getattr(cfg.get("attn_impl", "auto"), "value", cfg.get("attn_impl", "auto")),
+                causal=cfg.causal,
+                impl=value_of(cfg.attn_impl),
                 layer=layer,
             )
         if blocks.mlp:
@@ -93,21 +97,21 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     def __init__(self, cfg, scorer_cfg):
         super().__init__()
+        cfg = model_config(cfg)
         blocks = MODELS.get(cfg.name)
         self.max_positions = cfg.max_positions
-        self.vocab_size = cfg.get("vocab_size", 0)
+        self.vocab_size = cfg.vocab_size
         if self.vocab_size:
             self.wte = nn.Embedding(self.vocab_size, cfg.n_embd)  # also the LM head (tied)
         else:
-            self.read_in = nn.Linear(int(cfg.get("n_in", 1)), cfg.n_embd)  # [B, T, n_in] -> [B, T, C]
+            self.read_in = nn.Linear(cfg.n_in, cfg.n_embd)  # [B, T, n_in] -> [B, T, C]
         self.wpe = nn.Embedding(cfg.max_positions, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg, scorer_cfg, blocks, layer=i) for i in range(cfg.n_layer))
         # pre-LN: the final LayerNorm; post-LN: blocks end normalised, so it normalises the embeddings (BERT)
         self.ln_f = nn.LayerNorm(cfg.n_embd)
-        self.post_ln = cfg.get("post_ln", False)
-        emb_ln = cfg.get("emb_ln", None)
-        self.emb_ln = self.post_ln if emb_ln is None else bool(emb_ln)
-        self.final_ln = cfg.get("final_ln", True) and not self.post_ln
+        self.post_ln = cfg.post_ln
+        self.emb_ln = self.post_ln if cfg.emb_ln is None else cfg.emb_ln
+        self.final_ln = cfg.final_ln and not self.post_ln
         if self.emb_ln and not self.post_ln:  # post-LN uses ln_f here (its blocks end normalised)
             self.ln_e = nn.LayerNorm(cfg.n_embd)  # deterministic init: consumes no random numbers
         if not self.vocab_size:
@@ -155,12 +159,27 @@ class Transformer(nn.Module):
             out = self.read_out(x).squeeze(-1)  # [B, T]
         return (out, maps) if need_weights else out
 
+    def logits_at(self, tokens: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+        """Token logits [N, V] at the positions where ``select`` [B, T] (bool) is true, row-major: the
+        tied head runs only where a prediction is scored (the masked LM: 15% of positions in training,
+        one per masked copy in Zorro); equal to ``self(tokens)[select]`` (tested)."""
+        return self.hidden(tokens)[0][select] @ self.wte.weight.T
+
     def scorer_stats(self) -> dict[str, torch.Tensor]:
         """{"b": [L, H|1], ...}: each scorer statistic stacked over the attention layers."""
         per_layer = [b.attn.scorer.stats() for b in self.blocks if b.attn is not None]
         if not per_layer or not per_layer[0]:
             return {}
         return {k: torch.stack([s[k] for s in per_layer]) for k in per_layer[0]}
+
+
+def model_config(cfg) -> DictConfig:
+    """A ``model`` config (a node of the run's config, or a partial dict) over :class:`ModelConfig`:
+    keys it lacks take the schema's defaults, so no reader restates them. Keys the schema does not
+    have are not the model's (a retired key in an old run folder) and are left out."""
+    given = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    known = {k: v for k, v in given.items() if k in MODEL_KEYS}
+    return OmegaConf.merge(OmegaConf.structured(ModelConfig), known)
 
 
 def build_model(cfg, scorer_cfg) -> Transformer:

@@ -30,18 +30,18 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from ssa_repro.core.atomic import write_json, write_text
 from ssa_repro.core.plotting import plt
+from ssa_repro.core.rundir import RunDir, typed
 from ssa_repro.evaluation.deviant import RATE_METRICS
 from ssa_repro.evaluation.grid import AXIS_LABELS
 from ssa_repro.reports import figures, lm_table, tables, zorro_table
 from ssa_repro.reports.aggregate import over_seeds
 from ssa_repro.reports.difference import difference, difference_mode, resolve_baseline
-from ssa_repro.reports.results import choose, read
+from ssa_repro.reports.results import choose, coord, fmt, read, stored_layout
 from ssa_repro.reports.runs import ReportError, Run, expected_jobs, find, job_dirs, override_key, run_inside
-from ssa_repro.tasks import TASKS
+from ssa_repro.tasks import TASKS, build_task
 
 SHORT = {"sigma_x": "σ", "sigma_f": "σ_F", "length": "n", "M": "M", "k": "k"}
 SEED_KEYS = {"seed"}
@@ -111,7 +111,7 @@ class Comparison:
         return SHORT.get(axis, axis)
 
     def what(self) -> str:
-        fixed = ", ".join(f"{self.short(k)}={v:g}" for k, v in self.fixed.items())
+        fixed = ", ".join(f"{self.short(k)}={fmt(v)}" for k, v in self.fixed.items())
         where = f"eval/{self.eval}/{self.protocol}" + (f", {fixed}" if fixed else "")
         return f"{self.task}: {self.metric.replace('_', ' ')} of the model ({where})"
 
@@ -126,21 +126,26 @@ class Comparison:
 
 
 # ------------------------------------------------------------------------------------------ layout
-def layout(task: str, name: str) -> tuple[str, str, str, str]:
-    """(rows, cols, metric, kind) of a comparable evaluation, from the task's declaration."""
+def metric_kind(task: str, metric: str) -> str:
+    """rate (values in [0, 1]) | positive: the task's declared grid metric's kind, else by name."""
     decl = TASKS.get(task).evaluation if task in TASKS else None
-    if name == "grid" and decl is not None and decl.grid is not None:
-        spec = decl.grid
-        kind = next(m.kind for m in spec.metrics if m.name == spec.headline)
-        return spec.rows, spec.cols, spec.headline, kind
-    if name == "deviant":
-        classification = TASKS.get(task).classification
-        metric = "sequence_error" if classification else "mse"
-        return "M", "k", metric, "rate" if metric in RATE_METRICS else "positive"
-    raise ReportError(
-        f"compare.py draws grid and deviant evaluations; {name} results of task {task} have their own "
-        "tables (lm: scripts/lm_table.py, zorro: scripts/zorro_table.py)"
-    )
+    declared = {m.name: m.kind for m in decl.grid.metrics} if decl is not None and decl.grid else {}
+    rate = metric in RATE_METRICS | {"token_error", "sequence_error"}
+    return declared.get(metric, "rate" if rate else "positive")
+
+
+def layout(runs: list[Run], task: str, name: str, pid: str) -> tuple[str, str, str, str, list[str]]:
+    """(rows, cols, metric, kind, coords) of a comparable evaluation: the heat map layout each evaluator
+    stores with its results (``Evaluator.heatmap``, in the protocol's summary.json; the first run that
+    holds the protocol) and its cells' coordinates, so every evaluator with a heat map compares."""
+    heat, coords = next((f for f in (stored_layout(r, name, pid) for r in runs) if f[0]), (None, []))
+    if not heat:
+        raise ReportError(
+            f"{name} results of task {task} have no heat map to compare (its evaluator draws none): they "
+            "have their own tables (lm: scripts/lm_table.py, zorro: scripts/zorro_table.py)"
+        )
+    kind = heat.get("kind") or metric_kind(task, heat["metric"])
+    return heat["rows"], heat["cols"], heat["metric"], kind, coords
 
 
 def _labels_for_runs(runs: list[Run], steps: list) -> list[str]:
@@ -166,20 +171,12 @@ def _labels_for_runs(runs: list[Run], steps: list) -> list[str]:
 
 def _in_dist_at(task: str, cfg: dict, values: dict[str, list[float]]) -> dict:
     """The grid value of each σ axis nearest the training distribution's (from the run's config)."""
-    task_obj = TASKS.get(task)(_Dot(cfg.get("task", {})))
+    task_obj = build_task(typed(cfg).task)
     out = {}
     for axis, target in task_obj.train_sigmas().items():
         if axis in values and values[axis]:
             out[axis] = min(values[axis], key=lambda v: abs(v - target))
     return out
-
-
-class _Dot(dict):
-    """Attribute access over a config dict (to ask a task for its training σ's from config.yaml)."""
-
-    def __getattr__(self, key):
-        v = self[key]
-        return _Dot(v) if isinstance(v, dict) else v
 
 
 # ------------------------------------------------------------------------------------------ collect
@@ -210,16 +207,16 @@ def collect(
     if not usable:
         raise ReportError(f"no job of {sweep} has finished training yet")
     name, pid = choose(usable, eval, strict=sweep is None)
-    rows, cols, default_metric, kind = layout(task, name)
+    rows, cols, default_metric, kind, coords = layout(usable, task, name, pid)
     metric = metric or default_metric
     if metric != default_metric:
-        kind = "rate" if metric in RATE_METRICS | {"token_error", "sequence_error"} else "positive"
+        kind = metric_kind(task, metric)
 
     frames, used = {}, []
     for r in usable:
         f = read(r, name, pid)
         if f.empty:
-            have = r.path / "eval"
+            have = RunDir(r.path).eval_dir
             missing.append(
                 (str(r.path), f"no results of {name}/{pid}" + ("" if have.is_dir() else " (no eval/)"))
             )
@@ -235,21 +232,21 @@ def collect(
 
     # a coordinate other than the two axes with several values: one slice (the largest shared, or --at)
     notes = []
-    for coord in ("sigma_f", "sigma_x", "length", "M", "k"):
-        if coord in (rows, cols) or not all(coord in f for f in frames.values()):
+    for c in coords:
+        if c in (rows, cols) or not all(c in f for f in frames.values()):
             continue
-        held = [{float(v) for v in f[coord].dropna()} for f in frames.values()]
+        held = [{coord(v) for v in f[c].dropna()} for f in frames.values()]
         if max(len(h) for h in held) <= 1:
             continue
         shared_values = sorted(set.intersection(*held))
-        pick = float((at or {}).get(coord, shared_values[-1] if shared_values else max(max(h) for h in held)))
+        pick = coord((at or {}).get(c, shared_values[-1] if shared_values else max(max(h) for h in held)))
         notes.append(
-            f"{coord} has several values ({', '.join(f'{v:g}' for v in sorted(set.union(*held)))}): compared at "
-            f"{coord}={pick:g} (choose another with --at {coord}=<value>)"
+            f"{c} has several values ({', '.join(fmt(v) for v in sorted(set.union(*held)))}): compared at "
+            f"{c}={fmt(pick)} (choose another with --at {c}=<value>)"
         )
-        frames = {p: f[f[coord].astype(float) == pick] for p, f in frames.items()}
+        frames = {p: f[f[c].map(coord) == pick] for p, f in frames.items()}
     # the cells every run shares; the others are listed
-    keys = {p: set(zip(f[rows].astype(float), f[cols].astype(float))) for p, f in frames.items()}
+    keys = {p: set(zip(f[rows].map(coord), f[cols].map(coord))) for p, f in frames.items()}
     shared = set.intersection(*keys.values())
     if not shared:
         lines = [f"{p}: {sorted(k)[:6]}{' …' if len(k) > 6 else ''}" for p, k in keys.items()]
@@ -260,16 +257,16 @@ def collect(
         )
     left_out = sorted({c for k in keys.values() for c in k - shared})
     fixed = {}
-    for coord in ("sigma_f", "sigma_x", "length", "M", "k"):
-        if coord in (rows, cols):
+    for c in coords:
+        if c in (rows, cols):
             continue
-        vals = {float(v) for f in frames.values() if coord in f for v in f[coord].dropna()}
+        vals = {coord(v) for f in frames.values() if c in f for v in f[c].dropna()}
         if len(vals) == 1:
-            fixed[coord] = vals.pop()
+            fixed[c] = vals.pop()
         elif len(vals) > 1:
             raise ReportError(
-                f"{coord} varies within the results ({sorted(vals)}): compare.py draws {rows} × {cols} grids; "
-                f"evaluate one {coord} (eval.{'lengths' if coord == 'length' else coord}=[…])"
+                f"{c} varies within the results ({sorted(vals)}): compare.py draws {rows} × {cols} grids; "
+                f"evaluate one {c} (eval.{'lengths' if c == 'length' else c}=[…])"
             )
     steps = {r.path: int(frames[r.path]["step"].iloc[0]) for r in used}
 
@@ -277,7 +274,7 @@ def collect(
     if sweep is not None:
         expected = expected_jobs(sweep) or []
         present = [set(r.overrides or []) for r in runs] + [
-            set(_read_overrides(j)) for j in job_dirs(sweep) if not (j / "config.yaml").exists()
+            set(RunDir(j).overrides() or []) for j in job_dirs(sweep) if not RunDir(j).is_run()
         ]
         later = [job for job in expected if set(job) not in present]
         missing += [(f"(no folder yet) {' '.join(job)}", "not started") for job in later]
@@ -310,7 +307,7 @@ def collect(
     for g in groups:
         for r in g.runs:
             f = frames[r.path]
-            f = f[[(a, b) in shared for a, b in zip(f[rows].astype(float), f[cols].astype(float))]]
+            f = f[[(a, b) in shared for a, b in zip(f[rows].map(coord), f[cols].map(coord))]]
             parts.append(
                 pd.DataFrame(
                     {
@@ -318,8 +315,8 @@ def collect(
                         "run": str(r.path),
                         "seed": r.seed,
                         "step": steps[r.path],
-                        rows: f[rows].astype(float).values,
-                        cols: f[cols].astype(float).values,
+                        rows: f[rows].map(coord).values,
+                        cols: f[cols].map(coord).values,
                         "value": f["value"].astype(float).values,
                     }
                 )
@@ -343,16 +340,12 @@ def collect(
         cells=cells,
         in_dist_at=_in_dist_at(task, used[0].cfg, values),
         missing=missing,
-        left_out=[f"{SHORT.get(rows, rows)}={a:g}, {SHORT.get(cols, cols)}={b:g}" for a, b in left_out],
+        left_out=[f"{SHORT.get(rows, rows)}={fmt(a)}, {SHORT.get(cols, cols)}={fmt(b)}" for a, b in left_out],
         sweep=sweep,
         common_overrides=common,
         notes=notes,
         fixed=fixed,
     )
-
-
-def _read_overrides(job: Path) -> list[str]:
-    return [str(o) for o in (yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text()) or [])]
 
 
 # ------------------------------------------------------------------------------------------ writing
@@ -536,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         at = None
         if args.at:
             key, _, value = args.at.partition("=")
-            at = {key.strip(): float(value)}
+            at = {key.strip(): coord(value)}
         comp = collect(args.paths, eval=args.eval, metric=args.metric, group_by=group_by, at=at)
         base = resolve_baseline(comp, args.baseline)
         out = Path(args.out) if args.out else default_out_dir(comp)

@@ -22,6 +22,7 @@ from matplotlib.ticker import FuncFormatter
 from ssa_repro.core.atomic import atomic_path
 from ssa_repro.core.plotting import plt, sns
 from ssa_repro.reports.difference import FLOOR, difference, difference_mode, resolve_baseline
+from ssa_repro.reports.results import fmt
 
 
 @dataclass
@@ -119,8 +120,8 @@ def _panels(tables, titles, norm, cmap, suptitle, cbar_label, annot, comp, font_
         ax.set_title(title, fontsize=8.5)
         ax.set_xlabel(comp.axis_label(comp.cols), fontsize=8)
         ax.set_ylabel(comp.axis_label(comp.rows), fontsize=8)
-        ax.set_xticklabels([f"{float(c):g}" for c in table.columns], rotation=0, fontsize=7)
-        ax.set_yticklabels([f"{float(r):g}" for r in table.index], rotation=0, fontsize=7)
+        ax.set_xticklabels([fmt(c) for c in table.columns], rotation=0, fontsize=7)
+        ax.set_yticklabels([fmt(r) for r in table.index], rotation=0, fontsize=7)
     for ax in flat[n:]:
         ax.set_visible(False)
     mappable = flat[0].collections[0]

@@ -10,10 +10,12 @@ else the end-of-run ``quick`` one), a preset (``default``, ``quick``), an evalua
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pandas as pd
 
+from ssa_repro.core.rundir import SUMMARY
 from ssa_repro.evaluation.store import Store, stored
 from ssa_repro.reports.runs import ReportError, Run
 
@@ -63,6 +65,31 @@ def choose(runs: list[Run], want: str = "auto", strict: bool = True) -> tuple[st
         + "\n  - ".join(lines)
         + "\nevaluate the runs with the same settings (python evaluate.py -m run_dir=A,B ...), or choose with --eval"
     )
+
+
+def coord(value):
+    """A cell coordinate as compared: a number as float (``10`` and ``10.0`` are one cell), else a
+    string (the shift evaluation's ``variant``)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def fmt(value) -> str:
+    """A coordinate for labels: numbers as ``%g``, strings as they are."""
+    return f"{value:g}" if isinstance(value, float | int) else str(value)
+
+
+def stored_layout(run: Run, name: str, pid: str) -> tuple[dict | None, list[str]]:
+    """(the heat map layout the evaluator stored with its results: rows, cols, metric and, where
+    stored, the metric's kind, or None; the coordinates of a cell) of a run's protocol."""
+    store = store_of(run, name, pid)
+    if store is None:
+        return None, []
+    path = store.dir / SUMMARY
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    return summary.get("heatmap"), list(store.coords)
 
 
 def store_of(run: Run, name: str, pid: str) -> Store | None:

@@ -3,19 +3,19 @@
 A run folder holds ``config.yaml``. A sweep folder holds job folders (each with
 ``.hydra/overrides.yaml``) and, when it was launched by this project, ``jobs.yaml``: the override list
 of every job, written before the first job started (``ssa_repro/cli/sweeps.py``), so jobs that never
-started can be named. Everything here reads files; nothing is loaded onto a device.
+started can be named. The file names are :class:`ssa_repro.core.rundir.RunDir`'s. Everything here reads
+files; nothing is loaded onto a device.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-JOBS_FILE = "jobs.yaml"  # a sweep's job list (written by ssa_repro/cli/sweeps.py before the first job)
+from ssa_repro.core.rundir import CONFIG, JOBS, MULTIRUN, OVERRIDES, SUMMARY, RunDir
 
 
 class ReportError(ValueError):
@@ -49,11 +49,7 @@ class Run:
 
     @property
     def summary(self) -> dict | None:
-        path = self.path / "summary.json"
-        try:
-            return json.loads(path.read_text()) if path.exists() else None
-        except json.JSONDecodeError:
-            return None
+        return RunDir(self.path).summary()
 
     @property
     def finished(self) -> bool:
@@ -64,7 +60,7 @@ class Run:
 
     def status(self) -> str:
         """finished | failed: <first line> | training not finished."""
-        failed = self.path / "failed.txt"
+        failed = RunDir(self.path).failed_file
         if failed.exists() and not self.finished:
             return "failed: " + (failed.read_text().splitlines() or [""])[0][:300]
         return "finished" if self.finished else "training not finished (no summary.json at train.steps)"
@@ -82,7 +78,7 @@ class Run:
 
 
 def is_run(path: Path) -> bool:
-    return (Path(path) / "config.yaml").is_file()
+    return RunDir(path).is_run()
 
 
 def run_inside(path: Path) -> Path | None:
@@ -94,22 +90,21 @@ def run_inside(path: Path) -> Path | None:
 
 
 def read_run(path: Path) -> Run:
+    run = RunDir(path)
     try:
-        cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
+        cfg = yaml.safe_load(run.config_file.read_text()) or {}
     except yaml.YAMLError as e:
-        raise ReportError(f"{path}/config.yaml is not readable YAML: {e}") from None
+        raise ReportError(f"{run.config_file} is not readable YAML: {e}") from None
     if not isinstance(cfg, dict) or "task" not in cfg:
-        raise ReportError(f"{path}/config.yaml has no task: not a training run's config")
-    ov = path / ".hydra" / "overrides.yaml"
-    overrides = [str(o) for o in (yaml.safe_load(ov.read_text()) or [])] if ov.exists() else None
-    return Run(path, cfg, overrides)
+        raise ReportError(f"{run.config_file} has no task: not a training run's config")
+    return Run(path, cfg, run.overrides())
 
 
 def job_dirs(sweep: Path) -> list[Path]:
     """Job folders below a sweep folder (each holds .hydra/overrides.yaml), in job-number order."""
     jobs = {
         p.parent.parent
-        for p in sweep.rglob(".hydra/overrides.yaml")
+        for p in sweep.rglob(OVERRIDES)
         if p.relative_to(sweep).parts[0] not in ("compare", "eval_sweeps")
     }
 
@@ -121,12 +116,12 @@ def job_dirs(sweep: Path) -> list[Path]:
 
 
 def is_sweep(path: Path) -> bool:
-    return (path / "multirun.yaml").is_file() or (path / JOBS_FILE).is_file() or bool(job_dirs(path))
+    return (path / MULTIRUN).is_file() or (path / JOBS).is_file() or bool(job_dirs(path))
 
 
 def expected_jobs(sweep: Path) -> list[list[str]] | None:
     """The override list of every job, from the sweep's ``jobs.yaml`` (None for a sweep without one)."""
-    path = Path(sweep) / JOBS_FILE
+    path = Path(sweep) / JOBS
     if not path.exists():
         return None
     return [list(map(str, job)) for job in (yaml.safe_load(path.read_text()) or [])]
@@ -157,8 +152,8 @@ def find(paths) -> tuple[list[Run], Path | None, list[tuple[str, str]]]:
             inside = run_inside(p)
             hint = f" (it lies inside the run folder {inside}: give that)" if inside else ""
             bad.append(
-                f"{p} is neither a run folder (no config.yaml) nor a sweep folder (no jobs.yaml or "
-                f"multirun.yaml, no job folders with .hydra/overrides.yaml){hint}"
+                f"{p} is neither a run folder (no {CONFIG}) nor a sweep folder (no {JOBS} or "
+                f"{MULTIRUN}, no job folders with {OVERRIDES}){hint}"
             )
     if bad:
         raise ReportError("\n  - ".join(["cannot read:", *bad]))
@@ -185,7 +180,7 @@ def all_runs(paths) -> list[Run]:
     """Every run folder at or below the paths (runs of sweeps included), in path order."""
     found: dict[Path, Run] = {}
     for p in map(Path, paths):
-        for cfg in [p / "config.yaml"] if is_run(p) else sorted(p.rglob("config.yaml")):
+        for cfg in [RunDir(p).config_file] if is_run(p) else sorted(p.rglob(CONFIG)):
             if cfg.parent.name != ".hydra" and cfg.parent not in found:
                 try:
                     found[cfg.parent] = read_run(cfg.parent)
@@ -198,9 +193,9 @@ def newest_runs(root: str | Path, n: int = 4) -> list[Path]:
     """The newest finished runs under ``root`` (by summary.json time) that share the newest one's task:
     a default for the notebook. Sweep jobs count as runs; comparison folders are skipped."""
     found = []
-    for summary in Path(root).expanduser().rglob("summary.json"):
+    for summary in Path(root).expanduser().rglob(SUMMARY):
         run = summary.parent
-        if is_run(run) and (run / "eval").is_dir():
+        if is_run(run) and RunDir(run).eval_dir.is_dir():
             found.append((summary.stat().st_mtime, run))
     found.sort(reverse=True)
     if not found:

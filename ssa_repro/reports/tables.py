@@ -10,6 +10,7 @@ import pandas as pd
 from ssa_repro.evaluation.intervals import seed_interval
 from ssa_repro.reports.aggregate import separated
 from ssa_repro.reports.difference import resolve_baseline
+from ssa_repro.reports.results import fmt
 
 
 def _run_stats(comp, label: str) -> pd.DataFrame:
@@ -58,7 +59,7 @@ def summary_table(comp, baseline: str | None = None) -> pd.DataFrame:
         for k in ("mean", "in_dist", "worst"):
             a = agg[g.label][k]
             row[k], row[f"{k}_low"], row[f"{k}_high"] = a["mean"], a["ci_low"], a["ci_high"]
-        row["worst_cell"] = ", ".join(f"{comp.short(a)}={worst[a]:g}" for a in (comp.rows, comp.cols))
+        row["worst_cell"] = ", ".join(f"{comp.short(a)}={fmt(worst[a])}" for a in (comp.rows, comp.cols))
         if ref is not None:
             r = ref.to_numpy(dtype=float)
             tie = np.isclose(v, r, rtol=1e-9, atol=1e-12)

@@ -43,6 +43,12 @@ class Scorer(nn.Module):
     # Splits each head's q and k into two halves along the head dimension (differential attention): the
     # head width must be even.
     splits_head_dim: bool = False
+    # Read by the layers above (they keep no tables by scorer name): the [B, H, T, T] float32 tensors
+    # the scorer's fast path keeps per layer for the backward (training/memory.py; the plain path keeps
+    # 4: logits, transformed logits, weights, mask fill), and whether torch.compile gains on it
+    # (train.compile=auto; measured in docs/performance.md).
+    attention_tensors: int = 4
+    compile_gains: bool = True
 
     def __init__(self, cfg, n_head: int, layer: int = 0):
         super().__init__()

@@ -17,6 +17,11 @@ class SoftmaxConfig(ScorerConfig):
 
 @SCORERS.register("softmax", schema=SoftmaxConfig)
 class Softmax(Scorer):
+    # SDPA keeps no T×T tensor; its eager path is already one fused kernel, and compiling it changed
+    # the step by +3% and -3% in two runs (noise; docs/performance.md)
+    attention_tensors = 0
+    compile_gains = False
+
     def forward(self, logits, mask):
         return masked_softmax(logits, mask)
 

@@ -121,6 +121,8 @@ def inverse_softplus(y: float) -> float:
 
 @SCORERS.register("ssa", schema=SSAConfig)
 class SSA(Scorer):
+    attention_tensors = 3  # the fused function (SSAWeights) keeps x, t and w for its backward
+
     def __init__(self, cfg, n_head: int):
         super().__init__(cfg, n_head)
         size = n_head if cfg.per_head else 1

@@ -1,7 +1,7 @@
 """Tasks, chosen by name (``task=linear|every|some|lm|mlm`` and Garg et al.'s function classes)."""
 
 from ssa_repro.tasks import functions, linear, lm, mlm, quantifier  # noqa: F401  (fill the registry)
-from ssa_repro.tasks.base import Batch, Task
+from ssa_repro.tasks.base import Batch, Stage, Task
 from ssa_repro.tasks.registry import TASKS
 
 
@@ -9,4 +9,4 @@ def build_task(cfg) -> Task:
     return TASKS.get(cfg.name)(cfg)
 
 
-__all__ = ["TASKS", "Batch", "Task", "build_task"]
+__all__ = ["TASKS", "Batch", "Stage", "Task", "build_task"]

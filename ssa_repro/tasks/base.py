@@ -23,6 +23,19 @@ from dataclasses import dataclass, field
 import torch
 
 
+@dataclass(frozen=True)
+class Stage:
+    """Where the training curriculum stands at a step (``training/curriculum.py``): the examples per
+    prompt and, for tasks with vector inputs, the active input dimensions (None: all of them)."""
+
+    n_points: int
+    dims: int | None = None
+
+    def shift(self) -> dict | None:
+        """The draw's shift for this stage (``{"dims": d}``: coordinates from d on are 0), or None."""
+        return None if self.dims is None else {"dims": self.dims}
+
+
 @dataclass
 class Prompts:
     """Inputs before labelling: ``xs`` [B, n] (one number per example) and the function of each prompt
@@ -151,12 +164,17 @@ class Task:
         return self.build(self.draw(batch_size, n_points, generator, device, shift))
 
     def train_batch(
-        self, index: int, batch_size: int, n_points: int, generator: torch.Generator, device
+        self, index: int, batch_size: int, stage: Stage, generator: torch.Generator, device
     ) -> Batch:
-        """The ``index``-th training micro-batch (0, 1, 2, ... over the whole run, resumes included).
-        Synthetic tasks draw fresh prompts from ``generator``; corpus tasks use ``index`` to read the
-        data in order, so a resumed run continues at the exact data position."""
-        return self.sample(batch_size, n_points, generator, device)
+        """The ``index``-th training micro-batch (0, 1, 2, ... over the whole run, resumes included) at
+        the curriculum's ``stage``. Synthetic tasks draw fresh prompts from ``generator``; corpus tasks
+        use ``index`` to read the data in order, so a resumed run continues at the exact data position."""
+        return self.sample(batch_size, stage.n_points, generator, device, stage.shift())
+
+    def logit_share(self) -> float:
+        """The share of a sequence's positions whose token logits the training loss computes (the
+        memory estimate's [B, T, V] term): all of them, unless the task predicts a few (masked LM)."""
+        return 1.0
 
     def stride(self) -> int:
         """Tokens per example (2 when the answers are in the context)."""
@@ -204,4 +222,4 @@ def interleave(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
     return torch.stack([xs, ys], dim=2).reshape(xs.shape[0], -1, 1)
 
 
-__all__ = ["Batch", "Evaluation", "Grid", "Metric", "Prompts", "Task", "interleave"]
+__all__ = ["Batch", "Evaluation", "Grid", "Metric", "Prompts", "Stage", "Task", "interleave"]

@@ -95,10 +95,6 @@ class FunctionTask(Task):
             xs[..., int(shift["dims"]) :] = 0.0
         return Prompts(xs, params)
 
-    def train_batch(self, index, batch_size, n_points, generator, device, dims=None) -> Batch:
-        """A fresh training batch; ``dims``: the dimension curriculum's active coordinates."""
-        return self.sample(batch_size, n_points, generator, device, None if dims is None else {"dims": dims})
-
     def f(self, xs: torch.Tensor, params: dict) -> torch.Tensor:
         """xs [B, n, d] -> ys [B, n]: the noise-free function."""
         raise NotImplementedError
@@ -130,8 +126,8 @@ class FunctionTask(Task):
 
     def check(self, cfg) -> list[str]:
         out = [] if self.d >= 1 else [f"task.n_dims={self.d} must be >= 1"]
-        n_in = int(cfg.model.get("n_in", 1))
-        if n_in != self.d and not cfg.model.get("vocab_size", 0):
+        n_in = int(cfg.model.n_in)
+        if n_in != self.d and not cfg.model.vocab_size:
             out.append(
                 f"model.n_in={n_in} must equal task.n_dims={self.d} (the token width); leave n_in unset"
             )

@@ -34,7 +34,7 @@ from ssa_repro.data import corpus as C
 from ssa_repro.data.corpus import cached_meta, scan
 from ssa_repro.data.paths import DataFileError, data_file, resolve_root
 from ssa_repro.data.tokenizer import GPT2_FILES, build_tokenizer, gpt2_file_problems, required_vocab
-from ssa_repro.tasks.base import Batch, Evaluation, Task
+from ssa_repro.tasks.base import Batch, Evaluation, Stage, Task
 from ssa_repro.tasks.registry import TASKS
 
 log = logging.getLogger("ssa_repro.lm")
@@ -149,7 +149,7 @@ class LMTask(Task):
             starts[sel] = offset + perm[pos[sel]] * self.cfg.context
         return starts, epochs
 
-    def train_batch(self, index, batch_size, n_points, generator, device) -> Batch:
+    def train_batch(self, index, batch_size, stage, generator, device) -> Batch:
         ctx = self.cfg.context
         starts, epochs = self.window_starts(index * batch_size, batch_size)
         last = int(epochs[-1])
@@ -176,7 +176,7 @@ class LMTask(Task):
     def sample(self, batch_size, n_points, generator, device, **overrides) -> Batch:
         """Random training windows (for diagnostics; training uses :meth:`train_batch`)."""
         first = int(torch.randint(0, 2**40, (1,), generator=generator).item())
-        return self.train_batch(first // batch_size, batch_size, n_points, generator, device)
+        return self.train_batch(first // batch_size, batch_size, Stage(n_points), generator, device)
 
     # ------------------------------------------------------------------ loss
     def training_loss(self, model, batch: Batch) -> torch.Tensor:

@@ -42,7 +42,6 @@ import torch.nn.functional as F
 
 from ssa_repro.data import childes
 from ssa_repro.data.paths import DataFileError, data_file, resolve_root
-from ssa_repro.models.transformer import Transformer
 from ssa_repro.tasks.base import Evaluation, Task
 from ssa_repro.tasks.registry import TASKS
 
@@ -88,19 +87,13 @@ def _root(cfg):
     return root if root is not cfg and "data" in root else None
 
 
-def hidden_states(model, tokens: torch.Tensor) -> torch.Tensor:
-    """The encoder's final hidden states [B, T, C] (``Transformer.hidden``), so the tied head runs only where
-    a prediction is scored (15% of positions in training, one per masked copy in Zorro):
-    ``hidden_states(m, x) @ m.wte.weight.T == m(x)`` (tested)."""
-    return model.hidden(tokens)[0]
-
-
 def logits_at(model, tokens: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
-    """Logits [N, V] at the positions where ``select`` [B, T] (bool) is true, in row-major order. A
-    wrapped model (``train.compile``) is called whole and its logits gathered."""
-    if not isinstance(model, Transformer):
+    """Logits [N, V] at the positions where ``select`` [B, T] (bool) is true, in row-major order: the
+    model's own ``logits_at`` (the head only where a prediction is scored). A wrapped model
+    (``train.compile``, DDP; their class has no ``logits_at``) is called whole and its logits gathered."""
+    if not hasattr(type(model), "logits_at"):
         return model(tokens)[select]
-    return hidden_states(model, tokens)[select] @ model.wte.weight.T
+    return model.logits_at(tokens, select)
 
 
 def mask_tokens(
@@ -154,6 +147,9 @@ class MLMTask(Task):
         self.seed = int(root.seed) if root is not None else 0
         self._loaded = None
         self._plan = (None, None)  # (key, batches) for the current epoch
+
+    def logit_share(self) -> float:
+        return float(self.cfg.mask_prob)  # logits are computed at the masked positions only
 
     # ------------------------------------------------------------------ data
     def _cache(self) -> Path:
@@ -235,7 +231,7 @@ class MLMTask(Task):
             vocab_size=self._load()["n_vocab"],
         )
 
-    def train_batch(self, index, batch_size, n_points, generator, device) -> MLMBatch:
+    def train_batch(self, index, batch_size, stage, generator, device) -> MLMBatch:
         n = self.batches_per_epoch(batch_size)
         epoch, b = divmod(int(index), n)
         rows = self.epoch_batches(epoch, batch_size)[b]
@@ -271,7 +267,7 @@ class MLMTask(Task):
                 f"model.vocab_size={m.vocab_size} must equal task.vocab_size={t.vocab_size} (the BPE's size) "
                 f"for task=mlm; use model=encoder or set model.vocab_size={t.vocab_size}"
             )
-        if m.get("causal", True):
+        if m.causal:
             out.append(
                 "model.causal=true: task=mlm needs a bidirectional encoder; use model=encoder or model.causal=false"
             )

@@ -5,8 +5,8 @@ per step on a GPU); :meth:`LossWindow.check` finds the first non-finite one and 
 window is saved with each checkpoint, so the metrics row after a resume averages the same steps as
 without one.
 
-:class:`Checkpointer` writes ``checkpoints/last.pt`` (and ``step_XXXXXXX.pt`` every
-``train.keep_every``): model, optimizer, step, loss window, the RNG states (torch CPU, CUDA, and every
+:class:`Checkpointer` writes the run folder's last checkpoint (and a numbered one every
+``train.keep_every``, :class:`ssa_repro.core.rundir.RunDir`): model, optimizer, step, loss window, the RNG states (torch CPU, CUDA, and every
 rank's prompt generator) and the config; only after checking that the losses and weights are finite
 (:class:`TrainingDiverged` names the step and the last good checkpoint). Restoring puts all of it back,
 so a resumed run continues exactly where the saved one was (on CPU, bit for bit).
@@ -14,11 +14,10 @@ so a resumed run continues exactly where the saved one was (on CPU, bit for bit)
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-from ssa_repro.training import checkpoint
+from ssa_repro.core import checkpoint
+from ssa_repro.core.rundir import RunDir
 
 
 class TrainingDiverged(RuntimeError):
@@ -62,9 +61,9 @@ class LossWindow:
 
 class Checkpointer:
     def __init__(
-        self, path: Path, model, opt, gen: torch.Generator, device, dd, config: dict, keep_every: int
+        self, run: RunDir, model, opt, gen: torch.Generator, device, dd, config: dict, keep_every: int
     ):
-        self.path, self.model, self.opt, self.gen = Path(path), model, opt, gen
+        self.run, self.path, self.model, self.opt, self.gen = run, run.last_checkpoint, model, opt, gen
         self.device, self.dd, self.config, self.keep_every = device, dd, config, keep_every
         self.last_good: int | None = None
 
@@ -112,4 +111,4 @@ class Checkpointer:
         }
         checkpoint.save(self.path, payload)
         if self.keep_every and step % self.keep_every == 0:
-            checkpoint.save(self.path.with_name(f"step_{step:07d}.pt"), payload)
+            checkpoint.save(self.run.kept_checkpoint(step), payload)

@@ -11,6 +11,13 @@ dims(step) = min(task.n_dims, dims_start + dims_inc · ⌊step / dims_interval�
 
 from __future__ import annotations
 
+from ssa_repro.tasks import Stage
+
+
+def stage(cfg, step: int) -> Stage:
+    """Where the curriculum stands at ``step``: examples per prompt and active input dimensions."""
+    return Stage(n_points(cfg, step), n_dims(cfg, step))
+
 
 def n_points(cfg, step: int) -> int:
     if not cfg.enabled:
@@ -21,7 +28,7 @@ def n_points(cfg, step: int) -> int:
 def n_dims(cfg, step: int) -> int | None:
     """Active input dimensions at ``step``, or None (all of them) when the dimension curriculum is off;
     the task caps it at its ``n_dims``."""
-    start = int(cfg.get("dims_start", 0) or 0)
+    start = int(cfg.dims_start)
     if not cfg.enabled or start <= 0:
         return None
     return start + int(cfg.dims_inc) * (step // int(cfg.dims_interval))

@@ -2,17 +2,16 @@
 
 ``estimate(cfg)`` counts the bytes one training process needs:
 
-- **parameters** — a closed form of the model's shape (equal to ``count_parameters(build_model(...))``
-  for every model kind, with or without a token table; tested), float32;
+- **parameters** — ``count_parameters`` of the model built on the meta device (shapes only), float32;
 - **gradients** — one float32 per parameter;
 - **optimizer** — Adam / AdamW keep two float32 moments per parameter;
 - **activations** — what one micro-batch's forward keeps for its backward, roughly: per layer
   ``B·T·(8 + 2·mlp_ratio)·C`` values for the residual stream, LayerNorms, q/k/v, the attention output
   and the MLP's two hidden layers, plus ``k·B·H·T²`` float32 attention tensors for scorers that keep
   them (``k`` = 3 for SSA's fused path, 4 for the plain path, 0 for softmax through SDPA and for
-  FlexAttention, which keep no T×T tensor); the embeddings; the logits of a token head (``B·T·V``
-  three times in float32: logits, log-softmax, their gradient; the masked LM only at its masked
-  share); and one more layer (without attention tensors) for the backward's transient gradients. bf16 autocast halves the
+  FlexAttention, which keep no T×T tensor: the scorer's ``attention_tensors``); the embeddings; the
+  logits of a token head (``B·T·V`` three times in float32: logits, log-softmax, their gradient, at the
+  task's ``logit_share`` of the positions); and one more layer (without attention tensors) for the backward's transient gradients. bf16 autocast halves the
   activations other than the attention tensors (scorers compute them in float32).
 
 The estimate is meant to catch configs that cannot fit (a width of 10⁸, a batch of 10⁶), not to
@@ -36,68 +35,49 @@ import os
 from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ssa_repro.core.enums import value_of
-from ssa_repro.models.transformer import MODELS
-from ssa_repro.scorers import build_scorer
+from ssa_repro.models import MODELS, build_model, count_parameters
+from ssa_repro.scorers import SCORERS
 from ssa_repro.tasks import build_task
 
 FLOAT32 = 4
-ATTENTION_TENSORS = {"softmax": 0, "ssa": 3}  # [B, H, T, T] float32 tensors kept per layer by the fast path
 PLAIN_ATTENTION_TENSORS = 4  # the plain path (logits, transformed logits, weights, mask fill)
 
 
-# ------------------------------------------------------------------ parameters, in closed form
-def scorer_parameters(scorer_cfg, n_head: int) -> int:
-    """Trainable scalars of one attention layer's scorer (SSA's b and n: 2 per head, ...): the scorer
-    module alone is built (a few numbers), never the model."""
+class _ShapesOnly(TorchFunctionMode):
+    """Skips ``normal_`` (the weights' initialisation): meta tensors hold no values, and its meta kernel
+    is a Python reference whose first call imports torch._dynamo (seconds)."""
 
-    return sum(p.numel() for p in build_scorer(scorer_cfg, n_head).parameters())
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.Tensor.normal_, torch.nn.init.normal_):
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
 
 
 def parameter_count(model_cfg, scorer_cfg) -> int:
-    """``count_parameters(build_model(model_cfg, scorer_cfg))`` without building the model.
-
-    C = n_embd, r = mlp_ratio, V = vocab_size, P = max_positions, L = n_layer:
-    token table V·C (tied to the head) or read-in (n_in + 1)·C + read-out C + 1; positions P·C; per layer with
-    attention 2C (LayerNorm) + 3C² + 3C (qkv) + C² + C (proj) + the scorer's; per layer with an MLP
-    2C (LayerNorm) + r·C² + r·C (fc) + r·C² + C (proj); the final LayerNorm 2C."""
-    c, r = int(model_cfg.n_embd), int(model_cfg.get("mlp_ratio", 4))
-    v, p, n_layer = (
-        int(model_cfg.get("vocab_size", 0) or 0),
-        int(model_cfg.max_positions),
-        int(model_cfg.n_layer),
-    )
-    blocks = MODELS.get(model_cfg.name)
-    n_in = int(model_cfg.get("n_in", 1) or 1)
-    n = v * c if v else (n_in + 1) * c + (c + 1)
-    n += p * c + 2 * c
-    per_layer = 0
-    if blocks.attention:
-        per_layer += (
-            2 * c + (3 * c * c + 3 * c) + (c * c + c) + scorer_parameters(scorer_cfg, int(model_cfg.n_head))
-        )
-    if blocks.mlp:
-        per_layer += 2 * c + (r * c * c + r * c) + (r * c * c + c)
-    return n + n_layer * per_layer
+    """``count_parameters(build_model(model_cfg, scorer_cfg))``, the model built on the meta device:
+    shapes only, no memory and no random numbers drawn, so a width of 10⁸ is counted in milliseconds."""
+    with torch.device("meta"), _ShapesOnly():
+        return count_parameters(build_model(model_cfg, scorer_cfg))
 
 
 # ------------------------------------------------------------------ the estimate
-def _tokens(cfg) -> int:
+def _tokens(cfg, task) -> int:
     """The longest training sequence: the task's tokens at the curriculum's end (ICL), task.context
     (lm), task.max_length (mlm); never more than the model's positions."""
 
-    task = build_task(cfg.task)
     return min(int(task.n_tokens(int(cfg.curriculum.end))), int(cfg.model.max_positions))
 
 
 def _attention_tensors(cfg) -> int:
-    impl = value_of(cfg.model.get("attn_impl", "auto"))
+    impl = value_of(cfg.model.attn_impl)
     if impl == "flex":
         return 0
     if impl == "eager":
         return PLAIN_ATTENTION_TENSORS
-    return ATTENTION_TENSORS.get(cfg.scorer.name, PLAIN_ATTENTION_TENSORS)
+    return SCORERS.get(cfg.scorer.name).attention_tensors
 
 
 def estimate(cfg) -> dict:
@@ -107,20 +87,17 @@ def estimate(cfg) -> dict:
     the ``batch_size`` and ``tokens`` they were computed for."""
     m, tr = cfg.model, cfg.train
     n = parameter_count(m, cfg.scorer)
+    task = build_task(cfg.task)
     blocks = MODELS.get(m.name)
-    b, t, c, h = int(tr.batch_size), _tokens(cfg), int(m.n_embd), int(m.n_head)
-    r, v, n_layer = int(m.get("mlp_ratio", 4)), int(m.get("vocab_size", 0) or 0), int(m.n_layer)
-    act = 2 if value_of(tr.get("precision", "fp32")) == "bf16" else FLOAT32
+    b, t, c, h = int(tr.batch_size), _tokens(cfg, task), int(m.n_embd), int(m.n_head)
+    r, v, n_layer = int(m.mlp_ratio), int(m.vocab_size), int(m.n_layer)
+    act = 2 if value_of(tr.precision) == "bf16" else FLOAT32
 
     per_token = (8 * c if blocks.attention else 0) + ((2 + 2 * r) * c if blocks.mlp else 0)
     layer = b * t * per_token * act
     attention = _attention_tensors(cfg) * b * h * t * t * FLOAT32 if blocks.attention else 0
     embeddings = 2 * b * t * c * act
-    if v:
-        share = float(cfg.task.get("mask_prob", 1.0)) if cfg.task.name == "mlm" else 1.0
-        logits = 3 * math.ceil(b * t * share) * v * FLOAT32
-    else:
-        logits = 0
+    logits = 3 * math.ceil(b * t * task.logit_share()) * v * FLOAT32
     activations = n_layer * (layer + attention) + embeddings + logits + layer  # + the backward's transients
     parts = {
         "parameters": n,
@@ -241,12 +218,10 @@ def problems(cfg, device=None, processes: int = 1) -> list[str]:
     m, tr = cfg.model, cfg.train
     static = est["parameter_bytes"] + est["gradient_bytes"] + est["optimizer_bytes"]
     shape = f"model.n_layer={m.n_layer}, model.n_head={m.n_head}, model.n_embd={m.n_embd}" + (
-        f", model.vocab_size={m.vocab_size}" if m.get("vocab_size", 0) else ""
+        f", model.vocab_size={m.vocab_size}" if m.vocab_size else ""
     )
     if static * share > have:
-        fix = "lower model.n_embd or model.n_layer" + (
-            " or model.vocab_size" if m.get("vocab_size", 0) else ""
-        )
+        fix = "lower model.n_embd or model.n_layer" + (" or model.vocab_size" if m.vocab_size else "")
     else:
         fix = (
             f"lower train.batch_size (raise train.grad_accum to keep the batch) or the sequence length "

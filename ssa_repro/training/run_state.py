@@ -4,7 +4,7 @@
 
 - no ``checkpoints/last.pt``: a new run;
 - a checkpoint and ``train.resume=false``: refused (another ``hydra.run.dir`` starts a new run);
-- a checkpoint whose config differs in the keys that must match to continue it (``RESUME_KEYS``: task,
+- a checkpoint whose config differs in the keys that must match to continue it (``rundir.RESUME_KEYS``: task,
   model, scorer, seed, curriculum, the optimiser's settings), or that was written on another device
   type or by another number of data-parallel processes: refused, every difference listed;
 - a checkpoint beyond ``train.steps`` (a finished 3,000-step run given ``train.steps=100``): refused,
@@ -17,65 +17,19 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ssa_repro.training import checkpoint, distributed, validate
-from ssa_repro.training.setup import plain, resolve_device
+from ssa_repro.core import checkpoint
+from ssa_repro.core.rundir import RunDir, config_mismatches, plain, resolve_device
+from ssa_repro.training import distributed, validate
 
 log = logging.getLogger("ssa_repro.train")
 
-# Keys that must match for a checkpoint to be continued; others (steps, intervals, evaluation, logger,
-# device, compile, precision) may change between starts.
-RESUME_KEYS = (
-    "task",
-    "model",
-    "scorer",
-    "seed",
-    "curriculum",
-    "train.batch_size",
-    "train.lr",
-    "train.optimizer",
-    "train.betas",
-    "train.weight_decay",
-    "train.schedule",
-    "train.warmup_steps",
-    "train.min_lr_ratio",
-    "train.grad_clip",
-    "train.grad_accum",
-)
-# model.attn_impl: same numbers either way (tested); task.lowercase_zorro: a retired key (never read; the
-# end-of-run Zorro evaluation takes eval.lowercase) that checkpoints written before its removal still hold
-RESUME_FREE = ("model.attn_impl", "task.lowercase_zorro")
 FREE_WHEN_FINISHED = ("logger", "evaluation")  # a finished run re-run with other ones is still finished
-
-
-def _flatten(d, prefix: str = "") -> dict:
-    if not isinstance(d, dict):
-        return {prefix: d}
-    out = {}
-    for k, v in d.items():
-        out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
-
-
-def config_mismatches(saved: dict, current: dict) -> list[str]:
-    """Differences in the keys that must match to resume, one line per leaf key."""
-    a, b = _flatten(saved), _flatten(current)
-    keys = sorted(
-        k
-        for k in a.keys() | b.keys()
-        if any(k == r or k.startswith(r + ".") for r in RESUME_KEYS)
-        and k not in RESUME_FREE
-        and (k in a or k.startswith(("task.", "model.", "scorer.")))  # keys added since: their defaults
-    )
-    return [
-        f"{k}: checkpoint has {a.get(k)!r}, config has {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)
-    ]
 
 
 @dataclass
@@ -84,7 +38,7 @@ class RunState:
     finished: dict | None = None  # the summary of a run that already finished this config
 
 
-def _checkpoint_problems(cfg: DictConfig, run_dir: Path, state: dict) -> list[str]:
+def _checkpoint_problems(cfg: DictConfig, state: dict) -> list[str]:
     bad = config_mismatches(state["config"], plain(cfg))
     here, there = resolve_device(cfg.device).type, state.get("device_type", "cpu")
     if here != there:  # the prompt generator's state is specific to the device type
@@ -105,14 +59,15 @@ def _checkpoint_problems(cfg: DictConfig, run_dir: Path, state: dict) -> list[st
     return bad
 
 
-def _finished(cfg: DictConfig, run_dir: Path, state: dict) -> dict | None:
-    summary_path, config_path = run_dir / "summary.json", run_dir / "config.yaml"
-    if not cfg.train.resume or not summary_path.exists() or not config_path.exists():
+def _finished(cfg: DictConfig, run: RunDir, state: dict) -> dict | None:
+    if not cfg.train.resume or not run.summary_file.exists() or not run.config_file.exists():
         return None
     try:
-        summary = json.loads(summary_path.read_text())
-        saved = OmegaConf.to_container(OmegaConf.load(config_path))
+        summary = run.summary()
+        saved = OmegaConf.to_container(OmegaConf.load(run.config_file))
     except Exception:  # noqa: BLE001  (a damaged file: do the work again)
+        return None
+    if summary is None:
         return None
     steps = cfg.train.steps
     if summary.get("steps") != steps or int(state["step"]) != steps:
@@ -126,24 +81,24 @@ def _finished(cfg: DictConfig, run_dir: Path, state: dict) -> dict | None:
 def prepare(cfg: DictConfig, run_dir: str | Path) -> RunState:
     """Every check that can fail before work starts (config values, the folder's state); writes nothing."""
     validate.check(cfg)
-    run_dir = Path(run_dir)
-    ckpt_path = run_dir / "checkpoints" / "last.pt"
+    run = RunDir(run_dir)
+    ckpt_path = run.last_checkpoint
     if not ckpt_path.exists():
         return RunState()
     if not cfg.train.resume:
         raise validate.ConfigError(
-            f"{run_dir} already holds a run (checkpoints/last.pt) and train.resume=false; use "
-            "train.resume=true to continue it, or another hydra.run.dir for a new run"
+            f"{run.path} already holds a run ({ckpt_path.relative_to(run.path)}) and train.resume=false; "
+            "use train.resume=true to continue it, or another hydra.run.dir for a new run"
         )
-    state = checkpoint.load(ckpt_path)
-    bad = _checkpoint_problems(cfg, run_dir, state)
+    state = run.load_checkpoint()
+    bad = _checkpoint_problems(cfg, state)
     if bad:
         raise validate.ConfigError(
             f"cannot resume {ckpt_path}: the config differs from the checkpoint's in\n  - "
             + "\n  - ".join(bad)
             + "\nuse another hydra.run.dir for a new run"
         )
-    finished = _finished(cfg, run_dir, state)
+    finished = _finished(cfg, run, state)
     if finished is None:
         warning = checkpoint.thread_mismatch(state, resolve_device(cfg.device).type)
         if warning:

@@ -1,7 +1,8 @@
 """One trainer for every task × model × scorer: fresh prompts each step, curriculum, Adam(W).
 
 ``train(cfg, run_dir)`` trains (or continues, or skips as finished) the configured model in ``run_dir``
-and returns its summary; it is a plain function, so tests and notebooks call it directly. It writes:
+and returns its summary; it is a plain function, so tests and notebooks call it directly. It writes
+(file names: :class:`ssa_repro.core.rundir.RunDir`):
 
     config.yaml          the resolved config
     provenance.json      one record per start: git commit, library versions, device, threads, argv
@@ -32,13 +33,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from ssa_repro.core import atomic, provenance, tracking
 from ssa_repro.core.enums import value_of
+from ssa_repro.core.rundir import RunDir, plain, resolve_device
 from ssa_repro.models import build_model, count_parameters
-from ssa_repro.tasks import build_task
+from ssa_repro.scorers import SCORERS
+from ssa_repro.tasks import Stage, build_task
 from ssa_repro.training import curriculum, distributed, run_state
 from ssa_repro.training.checkpointer import Checkpointer, LossWindow, TrainingDiverged
 from ssa_repro.training.metrics_log import MetricsLog
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
-from ssa_repro.training.setup import micro_batch_index, plain, rank_data_seed, resolve_device
+from ssa_repro.training.setup import micro_batch_index, rank_data_seed
 
 log = logging.getLogger("ssa_repro.train")
 
@@ -48,15 +51,13 @@ log = logging.getLogger("ssa_repro.train")
 # default size): SSA's compile costs about 13 s and saves 77 ms a step, so it pays after 164 steps (about
 # 330 with the recompile at the curriculum's second length); the threshold keeps a 3x margin.
 COMPILE_AUTO_MIN_STEPS = 1000
-# Scorers whose eager path is already one fused kernel (softmax: SDPA): compiling them changed the step
-# by +3% and -3% in two runs (noise; docs/performance.md), so auto leaves them eager.
-COMPILE_AUTO_SKIPS = ("softmax",)
 
 
 def should_compile(setting, steps: int, scorer: str) -> bool:
-    """train.compile: true | false | auto (steps >= COMPILE_AUTO_MIN_STEPS and the scorer gains)."""
+    """train.compile: true | false | auto (steps >= COMPILE_AUTO_MIN_STEPS and the scorer gains:
+    ``Scorer.compile_gains``, false where its eager path is one fused kernel already)."""
     value = str(setting).lower()
-    auto = value == "auto" and steps >= COMPILE_AUTO_MIN_STEPS and scorer not in COMPILE_AUTO_SKIPS
+    auto = value == "auto" and steps >= COMPILE_AUTO_MIN_STEPS and SCORERS.get(scorer).compile_gains
     return value == "true" or auto
 
 
@@ -71,8 +72,9 @@ def _start_files(cfg, run_dir: Path, state: dict | None, device, world: int) -> 
     handler = _add_file_log(run_dir)
     if removed:
         log.info("removed %d temporary files of killed writes: %s", len(removed), [p.name for p in removed])
-    atomic.write_text(run_dir / "config.yaml", atomic_yaml(cfg))
-    prov_path = run_dir / "provenance.json"
+    run = RunDir(run_dir)
+    atomic.write_text(run.config_file, atomic_yaml(cfg))
+    prov_path = run.provenance_file
     records = atomic.read_json(prov_path, "provenance") if (state and prov_path.exists()) else []
     records.append(
         {
@@ -91,7 +93,7 @@ def atomic_yaml(cfg) -> str:
 
 def _add_file_log(run_dir: Path) -> logging.Handler | None:
     """Log to run_dir/train.log unless Hydra's job logging already does."""
-    path = (run_dir / "train.log").resolve()
+    path = RunDir(run_dir).log_file.resolve()
     root = logging.getLogger()
     if any(getattr(h, "baseFilename", None) == str(path) for h in root.handlers):
         return None
@@ -106,32 +108,6 @@ def _add_file_log(run_dir: Path) -> logging.Handler | None:
 def _fmt_time(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-
-
-def train_step(step, n, task, forward, ddp, opt, gen, tr, dd, device, autocast, dims=None) -> torch.Tensor:
-    """One optimizer step over ``train.grad_accum`` micro-batches; the global batch's mean loss.
-    ``dims``: active input dimensions (the dimension curriculum), None for all."""
-    loss = torch.zeros((), device=device)
-    for micro in range(tr.grad_accum):
-        index = micro_batch_index(step, micro, tr.grad_accum, dd.world, dd.rank)
-        batch = (
-            task.train_batch(index, tr.batch_size, n, gen, device)
-            if dims is None
-            else task.train_batch(index, tr.batch_size, n, gen, device, dims=dims)
-        )
-        # gradients are averaged over ranks once, at the last micro-batch
-        sync = ddp.no_sync() if dd.enabled and micro < tr.grad_accum - 1 else contextlib.nullcontext()
-        with sync:
-            with autocast:
-                micro_loss = task.training_loss(forward, batch) / tr.grad_accum
-            micro_loss.backward()
-        loss += micro_loss.detach().float()
-    dd.mean(loss)
-    if tr.grad_clip:
-        torch.nn.utils.clip_grad_norm_(ddp.parameters(), tr.grad_clip)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss
 
 
 @dataclass
@@ -151,6 +127,30 @@ class Setup:
     ckpt: Checkpointer
     autocast: object
     compiled: bool
+    train: DictConfig  # cfg.train
+
+
+def train_step(s: Setup, step: int, stage: Stage) -> torch.Tensor:
+    """One optimizer step over ``train.grad_accum`` micro-batches at the curriculum's ``stage``; the
+    global batch's mean loss."""
+    tr, dd = s.train, s.dd
+    loss = torch.zeros((), device=s.device)
+    for micro in range(tr.grad_accum):
+        index = micro_batch_index(step, micro, tr.grad_accum, dd.world, dd.rank)
+        batch = s.task.train_batch(index, tr.batch_size, stage, s.gen, s.device)
+        # gradients are averaged over ranks once, at the last micro-batch
+        sync = s.ddp.no_sync() if dd.enabled and micro < tr.grad_accum - 1 else contextlib.nullcontext()
+        with sync:
+            with s.autocast:
+                micro_loss = s.task.training_loss(s.forward, batch) / tr.grad_accum
+            micro_loss.backward()
+        loss += micro_loss.detach().float()
+    dd.mean(loss)
+    if tr.grad_clip:
+        torch.nn.utils.clip_grad_norm_(s.ddp.parameters(), tr.grad_clip)
+    s.opt.step()
+    s.opt.zero_grad(set_to_none=True)
+    return loss
 
 
 def build(cfg: DictConfig, run_dir: Path) -> Setup:
@@ -166,9 +166,7 @@ def build(cfg: DictConfig, run_dir: Path) -> Setup:
     gen = torch.Generator(device=device)
     gen.manual_seed(rank_data_seed(cfg.seed, dd.rank))
     window = LossWindow(tr.log_interval, device)
-    ckpt = Checkpointer(
-        run_dir / "checkpoints" / "last.pt", model, opt, gen, device, dd, plain(cfg), tr.keep_every
-    )
+    ckpt = Checkpointer(RunDir(run_dir), model, opt, gen, device, dd, plain(cfg), tr.keep_every)
     ddp = forward = model
     if dd.enabled:  # gradients averaged over ranks; `model` stays the plain module (state_dict, eval)
         ddp = forward = torch.nn.parallel.DistributedDataParallel(
@@ -179,7 +177,7 @@ def build(cfg: DictConfig, run_dir: Path) -> Setup:
         forward = torch.compile(forward)
     # autocast for forward + loss only; weights, gradients and optimizer state stay float32
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=value_of(tr.precision) == "bf16")
-    return Setup(device, dd, task, model, forward, ddp, opt, gen, window, ckpt, autocast, compiled)
+    return Setup(device, dd, task, model, forward, ddp, opt, gen, window, ckpt, autocast, compiled, tr)
 
 
 def log_row(s: Setup, cfg, step: int, n: int, seconds: float, steps: int, t0: float) -> dict:
@@ -196,11 +194,15 @@ def log_row(s: Setup, cfg, step: int, n: int, seconds: float, steps: int, t0: fl
     }
 
 
-def train(cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None) -> dict:
+def train(
+    cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None, prepared: run_state.RunState | None = None
+) -> dict:
     """Train (or continue training) the configured model in ``run_dir``; return the summary. A
-    ``tracker`` (W&B run) or ``guard`` (signal handler) given by the caller is used and left open."""
+    ``tracker`` (W&B run) or ``guard`` (signal handler) given by the caller is used and left open; so is
+    ``prepared``, the folder's state the caller read (``run_state.prepare``: read here when not given)."""
     run_dir, tr = Path(run_dir), cfg.train
-    prepared = run_state.prepare(cfg, run_dir)  # every bad value reported before anything is written
+    if prepared is None:  # every bad value reported before anything is written
+        prepared = run_state.prepare(cfg, run_dir)
     if prepared.finished is not None:
         if distributed.rank() == 0:
             log.info(
@@ -215,7 +217,7 @@ def train(cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None) -> dic
     s = build(cfg, run_dir)
     handler = _start_files(cfg, run_dir, state, s.device, s.dd.world) if main else None
     step = s.ckpt.restore(state, s.window) if state else 0
-    metrics = MetricsLog(run_dir / "metrics.jsonl")
+    metrics = MetricsLog(RunDir(run_dir).metrics_file)
     if main:
         metrics.truncate(step)
         log.info(
@@ -240,19 +242,16 @@ def train(cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None) -> dic
     try:
         s.model.train()
         while step < tr.steps:
-            n = curriculum.n_points(cfg.curriculum, step)
-            dims = curriculum.n_dims(cfg.curriculum, step)
+            stage = curriculum.stage(cfg.curriculum, step)
             set_lr(s.opt, lr_at(tr, step))
-            s.window.add(
-                train_step(
-                    step, n, s.task, s.forward, s.ddp, s.opt, s.gen, tr, s.dd, s.device, s.autocast, dims
-                )
-            )
+            s.window.add(train_step(s, step, stage))
             step += 1
             done = step == tr.steps
             if step % tr.log_interval == 0 or done:  # rows at the same steps after a resume
                 s.window.check(step, s.ckpt.describe_last_good())
-                row = log_row(s, cfg, step, n, time.perf_counter() - t_window, step - steps_at_window, t0)
+                row = log_row(
+                    s, cfg, step, stage.n_points, time.perf_counter() - t_window, step - steps_at_window, t0
+                )
                 stats = s.model.scorer_stats()  # {"b": [L, H], "n": [L, H]}
                 if main:
                     metrics.append(
@@ -265,7 +264,7 @@ def train(cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None) -> dic
                         tr.steps,
                         100 * step / tr.steps,
                         row["loss"],
-                        n,
+                        stage.n_points,
                         row["steps_per_sec"],
                         _fmt_time((tr.steps - step) / max(row["steps_per_sec"], 1e-9)),
                     )
@@ -315,7 +314,7 @@ def _finish(cfg, run_dir: Path, s: Setup, metrics: MetricsLog, step: int, second
         "train_seconds_this_start": seconds,
         **({"final_loss": rows[-1]["loss"], "steps_per_sec": rows[-1]["steps_per_sec"]} if rows else {}),
     }
-    atomic.write_json(run_dir / "summary.json", summary)
+    atomic.write_json(RunDir(run_dir).summary_file, summary)
     tracker.set_summary(
         tracking.training_headline(
             final_loss=summary.get("final_loss"),
@@ -325,7 +324,7 @@ def _finish(cfg, run_dir: Path, s: Setup, metrics: MetricsLog, step: int, second
             scorer_stats=s.model.scorer_stats() or None,
         )
     )
-    tracker.log_checkpoint(run_dir / "checkpoints" / "last.pt", step)
+    tracker.log_checkpoint(RunDir(run_dir).last_checkpoint, step)
     return summary
 
 
@@ -339,4 +338,4 @@ def _preempted(guard, dd, step: int, device) -> bool:
     return bool(dd.mean(flag).item() > 0)
 
 
-__all__ = ["train", "TrainingDiverged", "resolve_device", "should_compile"]
+__all__ = ["train", "TrainingDiverged", "should_compile"]

@@ -175,7 +175,7 @@ def problems(cfg: DictConfig) -> list[str]:
         out.append(f"model.n_head={m.n_head} must divide model.n_embd={m.n_embd}")
     scorer_cls = SCORERS.get(cfg.scorer.name)
     out += scorer_cls.check_config(cfg.scorer, cfg.model.n_head)
-    if scorer_cls.causal_only and not m.get("causal", True):
+    if scorer_cls.causal_only and not m.causal:
         allowed = [n for n in SCORERS.names() if not SCORERS.get(n).causal_only]
         out.append(
             f"scorer={cfg.scorer.name} is causal only (its weights depend on the keys between key and "

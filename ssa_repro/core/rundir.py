@@ -1,0 +1,252 @@
+"""A run folder: the one place that names its files, reads its config over the schema and its
+checkpoint, and says whether a config may continue it.
+
+    <run>/config.yaml           the resolved config (every start rewrites it)
+    <run>/provenance.json       one record per start: commit, libraries, device, threads, argv
+    <run>/train.log             progress lines
+    <run>/metrics.jsonl         one row per log interval
+    <run>/checkpoints/last.pt   the whole training state (+ step_XXXXXXX.pt every train.keep_every)
+    <run>/summary.json          written when training ends (then with the end-of-run evaluations)
+    <run>/failed.txt            a multirun job's error (removed when the job succeeds)
+    <run>/eval/<evaluation>/    evaluations (``ssa_repro/evaluation/store.py``); eval/sweeps/: their sweeps
+    <run>/.hydra/overrides.yaml Hydra's record of the command line's overrides
+
+A sweep folder holds job folders (run folders) and ``jobs.yaml``, the override list of every job,
+written before the first job starts (``ssa_repro/cli/sweeps.py``); Hydra adds ``multirun.yaml``.
+
+:meth:`RunDir.config` reads ``config.yaml`` over the schema (:mod:`ssa_repro.core.schema`, and the
+task's and scorer's registered schemas): a run written before a key existed reads that key's default,
+so code reads ``cfg.model.final_ln`` and never restates a default. Keys a schema no longer has (retired
+ones) are kept as they were written.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, is_dataclass
+from pathlib import Path
+from typing import get_type_hints
+
+import torch
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from ssa_repro.core import checkpoint
+from ssa_repro.core.enums import value_of
+from ssa_repro.core.registry import schema_of
+from ssa_repro.core.schema import RootConfig
+
+CONFIG = "config.yaml"
+PROVENANCE = "provenance.json"
+TRAIN_LOG = "train.log"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+LAST = "last.pt"
+SUMMARY = "summary.json"  # also each evaluation protocol's summary (eval/<evaluation>/<id>/)
+FAILED = "failed.txt"
+EVAL = "eval"
+EVAL_SWEEPS = "sweeps"  # eval/sweeps/<stamp>: the logs of an evaluation sweep over one run
+OVERRIDES = ".hydra/overrides.yaml"
+JOBS = "jobs.yaml"  # a sweep folder's job list
+MULTIRUN = "multirun.yaml"  # Hydra's record in a sweep folder
+
+# Keys that must match for a checkpoint to be continued; others (steps, intervals, evaluation, logger,
+# device, compile, precision) may change between starts.
+RESUME_KEYS = (
+    "task",
+    "model",
+    "scorer",
+    "seed",
+    "curriculum",
+    "train.batch_size",
+    "train.lr",
+    "train.optimizer",
+    "train.betas",
+    "train.weight_decay",
+    "train.schedule",
+    "train.warmup_steps",
+    "train.min_lr_ratio",
+    "train.grad_clip",
+    "train.grad_accum",
+)
+# model.attn_impl: same numbers either way (tested); task.lowercase_zorro: a retired key (never read; the
+# end-of-run Zorro evaluation takes eval.lowercase) that checkpoints written before its removal still hold
+RESUME_FREE = ("model.attn_impl", "task.lowercase_zorro")
+
+
+class RunFolderError(ValueError):
+    """A run folder that cannot be read: missing, incomplete, or inconsistent."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """The files of one run folder (``RunDir(path).config_file``, ...); nothing is read until asked."""
+
+    path: Path
+
+    def __init__(self, path: str | Path):
+        object.__setattr__(self, "path", Path(path))
+
+    # ---------------------------------------------------------------- paths
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def provenance_file(self) -> Path:
+        return self.path / PROVENANCE
+
+    @property
+    def log_file(self) -> Path:
+        return self.path / TRAIN_LOG
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / METRICS
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.path / CHECKPOINTS / LAST
+
+    def kept_checkpoint(self, step: int) -> Path:
+        """The checkpoint kept at ``step`` (``train.keep_every``)."""
+        return self.path / CHECKPOINTS / f"step_{step:07d}.pt"
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def failed_file(self) -> Path:
+        return self.path / FAILED
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.path / EVAL
+
+    @property
+    def eval_sweeps_dir(self) -> Path:
+        return self.path / EVAL / EVAL_SWEEPS
+
+    @property
+    def overrides_file(self) -> Path:
+        return self.path / OVERRIDES
+
+    # ---------------------------------------------------------------- state
+    def is_run(self) -> bool:
+        """Holds a config.yaml (a run that started)."""
+        return self.config_file.is_file()
+
+    def problems(self) -> list[str]:
+        """Why this folder cannot be evaluated or reported on (empty: it can)."""
+        if not self.path.is_dir():
+            return [f"run_dir={self.path} is not a folder"]
+        return [
+            f"run_dir={self.path} has no {p.relative_to(self.path)} (not a finished or started training run folder)"
+            for p in (self.config_file, self.last_checkpoint)
+            if not p.exists()
+        ]
+
+    def raw_config(self) -> DictConfig:
+        """``config.yaml`` as written, or a RunFolderError naming the file when it cannot be read."""
+        path = self.config_file
+        try:
+            cfg = OmegaConf.load(path)
+        except Exception as e:  # noqa: BLE001  (yaml and OmegaConf raise many kinds)
+            raise RunFolderError(
+                f"{path} is not a readable config ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                "restore it from .hydra/config.yaml in the same folder, or evaluate another run"
+            ) from None
+        if not isinstance(cfg, DictConfig) or "task" not in cfg or "name" not in cfg.task:
+            raise RunFolderError(f"{path} has no task.name: not a training run's config")
+        return cfg
+
+    def config(self) -> DictConfig:
+        """``config.yaml`` read over the schema (:func:`typed`), or a RunFolderError naming the file and
+        the value the schema refuses."""
+        raw = self.raw_config()
+        try:
+            return typed(raw)
+        except (ValidationError, ConfigKeyError) as e:
+            raise RunFolderError(f"{self.config_file}: {str(e).splitlines()[0]} (key {e.full_key})") from None
+
+    def load_checkpoint(self, map_location="cpu") -> dict:
+        """``checkpoints/last.pt`` (:func:`ssa_repro.core.checkpoint.load`)."""
+        return checkpoint.load(self.last_checkpoint, map_location=map_location)
+
+    def summary(self) -> dict | None:
+        """``summary.json``, None when absent or unreadable (a damaged summary means: not finished)."""
+        try:
+            return json.loads(self.summary_file.read_text()) if self.summary_file.exists() else None
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def overrides(self) -> list[str] | None:
+        """Hydra's overrides of the command that made this folder, None without a record."""
+        if not self.overrides_file.exists():
+            return None
+        return [str(o) for o in (yaml.safe_load(self.overrides_file.read_text()) or [])]
+
+
+def typed(cfg) -> DictConfig:
+    """A training config (a dict or DictConfig) over the schema: RootConfig, and the registered schema of
+    its task and scorer. Missing keys read their defaults; values are checked against their types; keys
+    no schema has are kept. The result is not in struct mode (a retired key may still be read)."""
+    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    base = OmegaConf.structured(RootConfig)
+    groups = {k: t for k, t in get_type_hints(RootConfig).items() if is_dataclass(t)}
+    for group in ("task", "scorer"):
+        groups[group] = schema_of(group, str((data.get(group) or {}).get("name", "")))
+    for group, schema in groups.items():
+        if schema is not None:
+            base[group] = OmegaConf.structured(schema)
+    _open(base)
+    return OmegaConf.merge(base, data)
+
+
+def _open(node: DictConfig) -> None:
+    """Let every level of ``node`` take keys its schema lacks (each structured level is closed)."""
+    OmegaConf.set_struct(node, False)
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing():
+            _open(child)
+
+
+def plain(cfg: DictConfig) -> dict:
+    """The resolved config as plain Python (for files, checkpoints and W&B), without Hydra's node."""
+    cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+
+
+def _flatten(d, prefix: str = "") -> dict:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out = {}
+    for k, v in d.items():
+        out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def config_mismatches(saved: dict, current: dict) -> list[str]:
+    """Differences in the keys that must match to resume (``RESUME_KEYS``), one line per leaf key."""
+    a, b = _flatten(saved), _flatten(current)
+    keys = sorted(
+        k
+        for k in a.keys() | b.keys()
+        if any(k == r or k.startswith(r + ".") for r in RESUME_KEYS)
+        and k not in RESUME_FREE
+        and (k in a or k.startswith(("task.", "model.", "scorer.")))  # keys added since: their defaults
+    )
+    return [
+        f"{k}: checkpoint has {a.get(k)!r}, config has {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)
+    ]
+
+
+def resolve_device(name) -> torch.device:
+    """``auto`` is CUDA when present, else the CPU."""
+    name = value_of(name)
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
