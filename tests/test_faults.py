@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -245,3 +247,23 @@ def test_online_wandb_against_a_host_that_is_not_wandb_is_refused_before_any_fol
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert f"{url} is not a W&B server (check WANDB_BASE_URL): it answered HTTP 404" in proc.stderr
     assert not run.exists()
+
+
+def test_a_run_whose_checkpoints_are_gone_is_refused_and_discarding_moves_its_results_aside(tmp_path):
+    run = tmp_path / "run"
+    run_job(make_cfg(), run)  # trained and evaluated
+    old_cells = sorted(run.glob("eval/*/*/parts/*.csv"))
+    shutil.rmtree(run / "checkpoints")  # deleted by hand
+    before = snapshot(run)
+    proc = _train(f"hydra.run.dir={run}", timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"{run} holds the results of a trained model (summary.json, eval) but no checkpoint" in proc.stderr
+    assert "hydra.run.dir=<another folder>" in proc.stderr and "train.discard_old_results=true" in proc.stderr
+    assert snapshot(run) == before  # nothing retrained, nothing overwritten
+    summary = run_job(make_cfg("train.discard_old_results=true"), run)
+    (aside,) = (run / "discarded").iterdir()
+    assert (aside / "summary.json").read_bytes() == before[Path("summary.json")]  # moved, not deleted
+    for part in old_cells:
+        assert (aside / part.relative_to(run)).read_bytes() == before[part.relative_to(run)]
+    assert summary["evaluations"]["quick"]["protocol_id"]  # the new model evaluated anew ...
+    assert not set(run.glob("eval/*/*/parts/*.csv")) & set(old_cells)  # ... on cells of its own

@@ -22,7 +22,9 @@ ones) are kept as they were written.
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
 from dataclasses import dataclass, is_dataclass
 from pathlib import Path
 from typing import get_type_hints
@@ -50,6 +52,8 @@ EVAL_SWEEPS = "sweeps"  # eval/sweeps/<stamp>: the logs of an evaluation sweep o
 OVERRIDES = ".hydra/overrides.yaml"
 JOBS = "jobs.yaml"  # a sweep folder's job list
 MULTIRUN = "multirun.yaml"  # Hydra's record in a sweep folder
+WANDB_FILES = ("wandb_id.txt", "wandb_run.json")  # the W&B run a training resumes (core/tracking.py)
+DISCARDED = "discarded"  # discarded/<UTC time>/: results moved aside by train.discard_old_results=true
 
 # Keys that must match for a checkpoint to be continued; others (steps, intervals, evaluation, logger,
 # device, compile, precision) may change between starts.
@@ -133,7 +137,30 @@ class RunDir:
     def overrides_file(self) -> Path:
         return self.path / OVERRIDES
 
+    @property
+    def discarded_dir(self) -> Path:
+        return self.path / DISCARDED
+
     # ---------------------------------------------------------------- state
+    def results(self) -> list[Path]:
+        """What a trained model left here: ``summary.json`` and the stored evaluations (``eval/``, its
+        log folders aside). A folder holding these without a checkpoint cannot be resumed."""
+        found = [self.summary_file] if self.summary_file.exists() else []
+        if any(self.eval_dir.glob("*/*/parts/*.csv")):
+            found.append(self.eval_dir)
+        return found
+
+    def discard_results(self) -> Path:
+        """Move :meth:`results` (and the W&B run id files of the old model) to ``discarded/<UTC time>/``:
+        nothing is deleted. Returns that folder."""
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        target = self.discarded_dir / stamp
+        target.mkdir(parents=True, exist_ok=True)
+        wandb = [self.path / n for n in WANDB_FILES if (self.path / n).exists()]  # a new model: a new W&B run
+        for path in [*self.results(), *wandb]:
+            os.rename(path, target / path.name)
+        return target
+
     def is_run(self) -> bool:
         """Holds a config.yaml (a run that started)."""
         return self.config_file.is_file()

@@ -214,6 +214,8 @@ def train(
         return prepared.finished
     state = prepared.checkpoint
     main = distributed.rank() == 0
+    if main and prepared.discard:  # train.discard_old_results=true on a folder without a checkpoint
+        log.warning("old results in %s moved to %s", run_dir, RunDir(run_dir).discard_results())
     s = build(cfg, run_dir)
     handler = _start_files(cfg, run_dir, state, s.device, s.dd.world) if main else None
     step = s.ckpt.restore(state, s.window) if state else 0
