@@ -267,3 +267,30 @@ def test_a_run_whose_checkpoints_are_gone_is_refused_and_discarding_moves_its_re
         assert (aside / part.relative_to(run)).read_bytes() == before[part.relative_to(run)]
     assert summary["evaluations"]["quick"]["protocol_id"]  # the new model evaluated anew ...
     assert not set(run.glob("eval/*/*/parts/*.csv")) & set(old_cells)  # ... on cells of its own
+
+
+class Payload:
+    """Code in a pickle: loading it without weights_only would create the file named."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def test_a_checkpoint_holding_code_is_refused_naming_the_callable_and_never_run(tmp_path):
+    run = tmp_path / "run"
+    train(make_cfg("train.steps=3", "evaluation.enabled=false"), run)
+    marker = tmp_path / "payload_ran"
+    ckpt = run / "checkpoints" / "last.pt"
+    state = torch.load(ckpt, weights_only=True)
+    torch.save({**state, "extra": Payload(marker)}, ckpt)
+    before = snapshot(run)
+    proc = _evaluate(f"run_dir={run}", "eval.lengths=[5]", "eval.sigmas=[1]", timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"refused checkpoint {ckpt}: it holds code (posix.mkdir) that safe loading" in proc.stderr
+    assert "weights_only=False" not in proc.stderr and "will likely succeed" not in proc.stderr
+    assert not marker.exists()  # the payload never ran
+    after = snapshot(run)
+    assert all(after.get(p) == b for p, b in before.items())
