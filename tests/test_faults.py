@@ -294,3 +294,21 @@ def test_a_checkpoint_holding_code_is_refused_naming_the_callable_and_never_run(
     assert not marker.exists()  # the payload never ran
     after = snapshot(run)
     assert all(after.get(p) == b for p, b in before.items())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_start_up_checks_stop_the_job_before_anything_is_written(tmp_path):
+    run = tmp_path / "run"
+    train(make_cfg("train.steps=3", "evaluation.enabled=false"), run)
+    before = snapshot(run)
+    proc = _evaluate(f"run_dir={run}", "device=cuda", timeout=300)  # the device check train.py makes too
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "device=cuda but no CUDA device is available; use device=auto or device=cpu" in proc.stderr
+    assert snapshot(run) == before and not (run / "eval").exists()  # no log folder either
+    new = tmp_path / "new"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *TINY, f"hydra.run.dir={new}"],
+        cwd=ROOT, capture_output=True, text=True, env={**ENV, "WANDB_MODE": "bogus"}, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "WANDB_MODE='bogus' is not a W&B mode" in proc.stderr and not new.exists()

@@ -22,7 +22,7 @@ from ssa_repro.cli.train_app import log_evaluation
 from ssa_repro.core import atomic, tracking
 from ssa_repro.core.atomic import StorageError
 from ssa_repro.core.checkpoint import CheckpointError
-from ssa_repro.core.rundir import RunDir, RunFolderError, plain, resolve_device
+from ssa_repro.core.rundir import RunDir, RunFolderError, device_problems, plain, resolve_device
 from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.data.paths import CorpusError
 from ssa_repro.evaluation import runner
@@ -41,7 +41,7 @@ def problems(cfg: DictConfig) -> list[str]:
         run_cfg = run.config()
     except RunFolderError as e:
         return [str(e)]
-    return unknown_keys(cfg) + runner.check(run_cfg, cfg.eval)
+    return device_problems(cfg.device) + unknown_keys(cfg) + runner.check(run_cfg, cfg.eval)
 
 
 # what evaluate.py can change when its storage fails: it writes into the run folder (hydra.run.dir
@@ -71,8 +71,8 @@ class CheckRunFirst(Callback):
             raise _fail(found, config.run_dir)
         try:
             self.lock = _lock(config)
-        except RunLocked as e:
-            raise SystemExit(f"Error: {e}") from None
+        except Exception as e:  # noqa: BLE001  (Hydra would only warn and run the job: stop here)
+            raise SystemExit(f"Error: cannot evaluate {config.run_dir}: {e}") from None
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         lock = getattr(self, "lock", None)

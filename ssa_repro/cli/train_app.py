@@ -115,14 +115,17 @@ class ValidateFirst(Callback):
                 "N ...`, which does (Hydra resolves ${now:...} in each process separately)"
             )
         run_dir = Path(str(config.hydra.run.dir))
-        found = problems(config)
+        try:
+            found = problems(config)
+        except Exception as e:  # noqa: BLE001  (Hydra would only warn and run the job: stop here)
+            raise SystemExit(f"Error: {type(e).__name__}: {e}") from None
         if found:
             raise SystemExit("Error: invalid config:\n  - " + "\n  - ".join(found))
         try:
             if distributed.rank() == 0:  # one writer from here on, before Hydra writes .hydra/ into it
                 self.lock = RunLock(run_dir, "train").acquire()
             run_state.prepare(config, run_dir)  # what the folder holds (read under the lock)
-        except FAILURES as e:
+        except Exception as e:  # noqa: BLE001  (FAILURES, and any other: Hydra would only warn)
             self.on_run_end(config)  # refused: leave the folder as it was (no holder record)
             raise SystemExit(f"Error: {e}") from None
 

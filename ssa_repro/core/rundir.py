@@ -271,6 +271,13 @@ def config_mismatches(saved: dict, current: dict) -> list[str]:
     ]
 
 
+def device_problems(name) -> list[str]:
+    """``device=cuda`` on a machine without CUDA, said before any work (train.py and evaluate.py)."""
+    if value_of(name) == "cuda" and not torch.cuda.is_available():
+        return ["device=cuda but no CUDA device is available; use device=auto or device=cpu"]
+    return []
+
+
 def resolve_device(name) -> torch.device:
     """``auto`` is CUDA when present, else the CPU."""
     name = value_of(name)
