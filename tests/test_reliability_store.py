@@ -224,3 +224,34 @@ def test_values_that_overflow_are_stored_marked_with_a_warning(run, caplog):
     assert frame.loc[frame["value"].abs() < float("inf"), "non_finite"].isna().all()
     assert summary["non_finite_rows"] == len(inf)
     assert "hold values that are not finite" in caplog.text and "predictor=" in caplog.text
+
+
+# ---------------------------------------------------------------------------------- run identity
+def test_cells_of_another_model_are_never_reused(run):
+    ckpt = run / "checkpoints" / "last.pt"
+    state = torch.load(ckpt, weights_only=True)
+    assert state["run_id"] == (run / "run_id.txt").read_text().strip()  # written at the first start
+    (store,) = stored(run, "grid")
+    assert set(store.read()["run_id"]) == {state["run_id"]}  # and kept in every stored cell
+    torch.save({**state, "run_id": "ranother"}, ckpt)  # another model in the same folder
+    summary = evaluate(load_run(run, CPU), grid())
+    assert (summary["cells_computed"], summary["cells_reused"]) == (4, 0)
+    derived = pd.read_csv(store.dir / "results.csv")
+    assert set(derived["run_id"]) == {"ranother"}  # the old model's cells are not drawn as its own
+
+
+def test_a_folder_of_older_code_keeps_working_and_adopts_an_identity(tmp_path):
+    run = tmp_path / "run"
+    train(make_cfg("train.steps=3", "evaluation.enabled=false"), run)
+    ckpt = run / "checkpoints" / "last.pt"
+    state = torch.load(ckpt, weights_only=True)
+    torch.save({k: v for k, v in state.items() if k != "run_id"}, ckpt)  # as today's code writes them
+    (run / "run_id.txt").unlink()
+    first = evaluate(load_run(run, CPU), grid())
+    assert "run_id" not in pd.read_csv(run / "eval" / "grid" / first["protocol_id"] / "results.csv")
+    assert evaluate(load_run(run, CPU), grid())["cells_computed"] == 0  # its cells reused as before
+    train(make_cfg("train.steps=6", "evaluation.enabled=false"), run)  # resumed: adopts an identity
+    adopted = (run / "run_id.txt").read_text().strip()
+    assert torch.load(ckpt, weights_only=True)["run_id"] == adopted
+    again = evaluate(load_run(run, CPU), grid())
+    assert again["steps"] == [3, 6] and again["cells_computed"] == 4

@@ -8,6 +8,8 @@ checkpoint, and says whether a config may continue it.
     <run>/checkpoints/last.pt   the whole training state (+ step_XXXXXXX.pt every train.keep_every)
     <run>/summary.json          written when training ends (then with the end-of-run evaluations)
     <run>/failed.txt            a multirun job's error (removed when the job succeeds)
+    <run>/run_id.txt            the run's identity (a uuid), also in its checkpoints and stored cells
+    <run>/discarded/<time>/     a trained model's results moved aside by train.discard_old_results=true
     <run>/eval/<evaluation>/    evaluations (``ssa_repro/evaluation/store.py``); eval/sweeps/: their sweeps
     <run>/.hydra/overrides.yaml Hydra's record of the command line's overrides
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import uuid
 from dataclasses import dataclass, is_dataclass
 from pathlib import Path
 from typing import get_type_hints
@@ -34,7 +37,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from ssa_repro.core import checkpoint
+from ssa_repro.core import atomic, checkpoint
 from ssa_repro.core.enums import value_of
 from ssa_repro.core.registry import schema_of
 from ssa_repro.core.schema import RootConfig
@@ -53,6 +56,7 @@ OVERRIDES = ".hydra/overrides.yaml"
 JOBS = "jobs.yaml"  # a sweep folder's job list
 MULTIRUN = "multirun.yaml"  # Hydra's record in a sweep folder
 WANDB_FILES = ("wandb_id.txt", "wandb_run.json")  # the W&B run a training resumes (core/tracking.py)
+RUN_ID = "run_id.txt"  # the run's identity: written at its first start, kept in checkpoints and cells
 DISCARDED = "discarded"  # discarded/<UTC time>/: results moved aside by train.discard_old_results=true
 
 # Keys that must match for a checkpoint to be continued; others (steps, intervals, evaluation, logger,
@@ -141,6 +145,26 @@ class RunDir:
     def discarded_dir(self) -> Path:
         return self.path / DISCARDED
 
+    @property
+    def identity_file(self) -> Path:
+        return self.path / RUN_ID
+
+    def identity(self) -> str | None:
+        """The run's identity (``run_id.txt``), None when it has none (a folder of older code)."""
+        try:
+            return self.identity_file.read_text().strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def adopt_identity(self, from_checkpoint: str | None) -> str:
+        """The identity of the model this start trains: the checkpoint's (a resume), else the folder's,
+        else a new one (a first start; or a folder of older code, which adopts one at its first load);
+        ``run_id.txt`` is written when it does not say so already."""
+        found = from_checkpoint or self.identity() or f"r{uuid.uuid4().hex}"  # (never read as a number)
+        if self.identity() != found:
+            atomic.write_text(self.identity_file, found + "\n")
+        return found
+
     # ---------------------------------------------------------------- state
     def results(self) -> list[Path]:
         """What a trained model left here: ``summary.json`` and the stored evaluations (``eval/``, its
@@ -156,8 +180,8 @@ class RunDir:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
         target = self.discarded_dir / stamp
         target.mkdir(parents=True, exist_ok=True)
-        wandb = [self.path / n for n in WANDB_FILES if (self.path / n).exists()]  # a new model: a new W&B run
-        for path in [*self.results(), *wandb]:
+        old = [self.path / n for n in (*WANDB_FILES, RUN_ID) if (self.path / n).exists()]  # a new model
+        for path in [*self.results(), *old]:
             os.rename(path, target / path.name)
         return target
 

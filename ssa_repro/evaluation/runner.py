@@ -160,7 +160,8 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
     store = store_of(run.run_dir, ev)
     store.repair()  # damaged stored files moved aside: their cells count as missing
     wanted = ev.cells()
-    have = set() if ev.cfg.force else store.present(run.step)
+    run_id = getattr(run, "run_id", None)  # cells of another model (identity) are never reused
+    have = set() if ev.cfg.force else store.present(run.step, run_id)
     missing = [c for c in wanted if store.cell_key(c) not in have]
     log.info(
         "%s (eval=%s) on %s, step %d: %d cells, %d stored, %d to compute; results in %s",
@@ -176,7 +177,12 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
     ev.out_dir = store.dir  # for evaluators that write arrays or model-made figures while computing
     store.ensure()
     t0 = time.perf_counter()
-    tags = {"eval": ev.name, "protocol": store.id, "preset": ev.preset}
+    tags = {
+        "eval": ev.name,
+        "protocol": store.id,
+        "preset": ev.preset,
+        **({"run_id": run_id} if run_id else {}),
+    }
     if missing:
         was_training = run.model.training
         run.model.eval()
@@ -190,7 +196,7 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
         finally:
             run.model.train(was_training)
     seconds = time.perf_counter() - t0
-    summary = redraw(store, ev, run.title)  # derived files are drawn from the cells, never read
+    summary = redraw(store, ev, run.title, run_id)  # derived files are drawn from the cells, never read
     summary.update(
         {
             "cells_asked": len(wanted),
@@ -229,13 +235,13 @@ def mark_non_finite(frame: pd.DataFrame, ev: Evaluator, table: str) -> pd.DataFr
     return frame.assign(non_finite=names.where(rows, ""))
 
 
-def redraw(store: Store, ev: Evaluator, title: str) -> dict:
+def redraw(store: Store, ev: Evaluator, title: str, run_id: str | None = None) -> dict:
     """Tables, figures and summary.json of the protocol, from every stored cell (newest step). Nothing
     derived is read: the tables and the summary are made anew and written where their bytes differ
     (a damaged one is replaced, an unchanged one left as it is); the figures are drawn again when the
     parts they were drawn from (named in ``.drawn.json``) or the title changed, or one is missing."""
     with store.locked():
-        frames = {t: store.read(t) for t in ev.tables()}
+        frames = {t: store.read(t, run_id) for t in ev.tables()}
         results = frames["results"]
         step = int(results["step"].max()) if len(results) else None
         latest = {t: (f[f["step"] == step] if len(f) and "step" in f else f) for t, f in frames.items()}

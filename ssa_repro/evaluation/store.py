@@ -190,10 +190,11 @@ class Store:
             self._frames[path] = read_part(path, need_step=path.name.startswith("results-"))
         return self._frames[path]
 
-    def read(self, table: str = "results") -> pd.DataFrame:
+    def read(self, table: str = "results", run_id: str | None = None) -> pd.DataFrame:
         """Every stored row of ``table``; for each cell (coordinates + step), only the rows of the newest
         part that holds it (a recomputed cell replaces the old one in what is read). A damaged part is
-        left out, named once (moved aside when ``repair``, see :meth:`repair`)."""
+        left out, named once (moved aside when ``repair``, see :meth:`repair`). With ``run_id``, only
+        rows of that model (and rows of older code, which carry no identity)."""
         frames = []
         for i, path in enumerate(self.parts(table)):
             try:
@@ -203,7 +204,7 @@ class Store:
             except DamagedFile as e:
                 if self.repair_parts:
                     self.repair()
-                    return self.read(table)
+                    return self.read(table, run_id)
                 warn_once(
                     f"{e}; its cells are left out: `python evaluate.py run_dir={self.run_dir} "
                     f"eval={self.name}` with the settings of {self.dir / PROTOCOL_FILE} moves it aside "
@@ -214,15 +215,18 @@ class Store:
         if not frames:
             return pd.DataFrame()
         frame = pd.concat(frames, ignore_index=True)
+        if run_id is not None and "run_id" in frame:
+            frame = frame[frame["run_id"].isna() | (frame["run_id"] == run_id)]
         keys = _key_frame(frame, self.coords)
         if len(keys.columns):
             newest = frame.groupby([keys[c] for c in keys.columns], sort=False)["_part"].transform("max")
             frame = frame[frame["_part"] == newest]
         return frame.drop(columns="_part").reset_index(drop=True)
 
-    def present(self, step: int) -> set[tuple]:
-        """The cells (tuples of coordinate values, NaN as '∅') stored for checkpoint ``step``."""
-        frame = self.read("results")
+    def present(self, step: int, run_id: str | None = None) -> set[tuple]:
+        """The cells (tuples of coordinate values, NaN as '∅') stored for checkpoint ``step`` (of the
+        model ``run_id``, see :meth:`read`)."""
+        frame = self.read("results", run_id)
         if frame.empty or "step" not in frame:
             return set()
         frame = frame[frame["step"] == step]
