@@ -312,3 +312,25 @@ def test_start_up_checks_stop_the_job_before_anything_is_written(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "WANDB_MODE='bogus' is not a W&B mode" in proc.stderr and not new.exists()
+
+
+def test_evaluate_on_a_read_only_run_folder_stops_before_anything_with_what_to_do(tmp_path):
+    run, mnt = tmp_path / "run", tmp_path / "mnt"
+    train(make_cfg("train.steps=3", "evaluation.enabled=false"), run)
+    mnt.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)]).returncode
+    ):
+        pytest.skip("mounting a tmpfs needs root and mount rights")
+    try:
+        shutil.copytree(run, mnt / "run")
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        before = snapshot(mnt)
+        proc = _evaluate(f"run_dir={mnt / 'run'}", "eval.sigmas=[1]", "eval.lengths=[5]", timeout=300)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        assert f"{mnt / 'run'} is on a read-only file system: cannot write .lock" in proc.stderr
+        assert "copy the run folder somewhere writable and evaluate the copy" in proc.stderr
+        assert "hydra.run.dir" not in proc.stderr and snapshot(mnt) == before
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -57,7 +57,7 @@ def test_storage_errors_in_evaluate_name_what_evaluate_can_change(tmp_path, monk
         evaluate_app.main(cfg)
     msg = str(e.value.code)
     assert msg.startswith("Error: no space left on device while writing ") and f"{run}/eval/" in msg
-    assert f"make {run}/eval writable, or copy the run folder somewhere writable" in msg
+    assert f"make {run} writable, or copy the run folder somewhere writable" in msg
     assert "hydra.run.dir" not in msg
     after = snapshot(run)
     assert {p: after.get(p) for p in before} == before  # no existing file changed or deleted

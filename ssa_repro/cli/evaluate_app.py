@@ -47,7 +47,7 @@ def problems(cfg: DictConfig) -> list[str]:
 # what evaluate.py can change when its storage fails: it writes into the run folder (hydra.run.dir
 # would only move its log folder)
 STORAGE_ADVICE = (
-    "evaluate.py writes its results into the run folder: make {run_dir}/eval writable, or copy the run "
+    "evaluate.py writes its results into the run folder: make {run_dir} writable, or copy the run "
     "folder somewhere writable and evaluate the copy (run_dir=<the copy>)"
 )
 
@@ -70,7 +70,8 @@ class CheckRunFirst(Callback):
         if found:
             raise _fail(found, config.run_dir)
         try:
-            self.lock = _lock(config)
+            with atomic.storage_advice(STORAGE_ADVICE.format(run_dir=config.run_dir)):
+                self.lock = _lock(config)
         except Exception as e:  # noqa: BLE001  (Hydra would only warn and run the job: stop here)
             raise SystemExit(f"Error: cannot evaluate {config.run_dir}: {e}") from None
 
