@@ -89,3 +89,14 @@ def test_quick_study_end_to_end_and_a_claim_reads_back(tmp_path):
     before = sorted(p.stat().st_mtime_ns for p in root.rglob("parts/*.csv"))
     study.run("quick", root, n_jobs=1)
     assert sorted(p.stat().st_mtime_ns for p in root.rglob("parts/*.csv")) == before
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_study_with_an_invalid_job_config_stops_before_anything_is_written(tmp_path):
+    root = tmp_path / "study"
+    with pytest.raises(SystemExit) as e:
+        study.run("quick", root, extra=("device=cuda",))
+    msg = str(e.value.code)
+    assert msg.startswith("Error: study quick: invalid job configs:\n  - ")
+    assert "device=cuda but no CUDA device is available; use device=auto or device=cpu" in msg
+    assert not root.exists()
