@@ -4,10 +4,12 @@ damaged GPT-2 tokenizer files and damaged caches are named or rebuilt."""
 
 from __future__ import annotations
 
+import codecs
 import errno
 import json
 import logging
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ssa_repro.core.atomic import StorageError
-from ssa_repro.data import childes
+from ssa_repro.data import childes, corpus
 from ssa_repro.data.paths import CorpusError
 from ssa_repro.tasks import build_task
 from ssa_repro.training.validate import problems
@@ -100,6 +102,53 @@ def test_lm_invalid_utf8_is_replaced_counted_and_located(tmp_path, caplog):
         meta = build_task(cfg.task).corpus("train").meta
     assert meta["invalid_utf8"] == 2 and meta["first_invalid_utf8_byte"] == at
     assert f"2 invalid UTF-8 sequences replaced by U+FFFD (the first at byte {at})" in caplog.text
+
+
+def undecodable_bytes(raw: bytes) -> int:
+    """Bytes Python's UTF-8 decoder cannot decode, counted by its own error handler (a reference
+    independent of data/corpus.py's arithmetic)."""
+    seen = []
+
+    def count(err):
+        seen.append(err.end - err.start)
+        return "", err.end
+
+    codecs.register_error("count_undecodable", count)
+    raw.decode("utf-8", errors="count_undecodable")
+    return sum(seen)
+
+
+def random_bytes(n: int) -> bytes:
+    return random.Random(0).randbytes(n)
+
+
+@pytest.mark.parametrize("kind", ["lm", "mlm"])
+def test_a_corpus_that_is_mostly_not_utf8_is_refused_naming_the_file_and_the_share(tmp_path, kind):
+    raw = random_bytes(6000)  # a binary file given as a corpus
+    if kind == "lm":
+        root = lm_root(tmp_path, raw)
+        path, cfg = root / "lm" / "train.txt", lm_cfg(root, tmp_path)
+    else:
+        root = mlm_root(tmp_path, raw)
+        path, cfg = root / "childes" / "small.txt", make_cfg(*mlm_overrides(root))
+    before = snapshot(tmp_path)
+    bad = undecodable_bytes(raw)
+    [msg] = [p for p in problems(cfg) if str(path) in p]
+    assert msg.startswith(
+        f"{path}: {bad / len(raw):.0%} of its bytes ({bad} of {len(raw)}, the first at byte"
+    )
+    assert "more than the 1% a corpus may hold" in msg and "iconv" in msg
+    assert snapshot(tmp_path) == before  # nothing written: no cache
+
+
+def test_the_share_of_invalid_utf8_is_counted_in_bytes():
+    for raw in (random_bytes(3000), b"ok \xff\xfe\xc3\x28 \xe2\x82 end", "é\ufffd".encode() + b"\xff"):
+        text, replaced, _ = corpus.decode(raw)
+        assert len(raw) - (len(text.encode()) - 3 * replaced) == undecodable_bytes(raw)
+    ok = b"a" * 99 + b"\xff"  # exactly 1%: replaced, not refused
+    assert corpus.decode(ok, Path("x.txt"))[1] == 1
+    with pytest.raises(CorpusError, match="x.txt: 2% of its bytes"):
+        corpus.decode(ok + b"\xff", Path("x.txt"))
 
 
 def test_lm_damaged_cache_is_rebuilt_and_a_full_cache_disk_names_data_cache_dir(

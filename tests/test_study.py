@@ -272,3 +272,14 @@ def test_claims_are_per_task_and_findings_follow_the_rule_on_a_synthetic_study(t
     assert len(found) >= 2 and set(found.verdict) <= {stats.YES, stats.CONTRADICTED}
     strength = (found.estimate.abs() / found.margin).to_numpy()
     assert (np.diff(strength) <= 0).all()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_study_with_an_invalid_job_config_stops_before_anything_is_written(tmp_path):
+    root = tmp_path / "study"
+    with pytest.raises(SystemExit) as e:
+        study.run("quick", root, extra=("device=cuda",))
+    msg = str(e.value.code)
+    assert msg.startswith("Error: study quick: invalid job configs:\n  - ")
+    assert "device=cuda but no CUDA device is available; use device=auto or device=cpu" in msg
+    assert not root.exists()

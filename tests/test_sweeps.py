@@ -161,6 +161,9 @@ def test_basic_multirun_failure_rerun_and_compare(tmp_path, capsys):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0  # the sweep reports the failure ...
     assert "skipped (finished)" in out and "failed" in out and "truncated or not a torch checkpoint" in out
+    assert "Traceback" not in out and proc.returncode == 1  # the sweep ends with one line per failed job
+    assert "Error: 1 of 2 sweep jobs failed" in proc.stderr
+    assert f"\n  - {bad}: CheckpointError: cannot read checkpoint" in proc.stderr
     after = {p: p.read_bytes() for p in ok.rglob("*") if p.is_file() and ".hydra" not in p.parts}
     assert after.keys() == before.keys()
     changed = [p.name for p in before if before[p] != after[p]]

@@ -8,6 +8,8 @@ what a user's run does) and traces every connect/sendto with strace.
 
 from __future__ import annotations
 
+import base64
+import http.server
 import importlib.util
 import json
 import os
@@ -17,6 +19,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -459,14 +462,89 @@ def test_online_with_unreachable_server_fails_within_seconds(no_credentials, mon
     assert len(problems) == 1 and "not reachable" in problems[0] and "logger.mode=offline" in problems[0]
 
 
-def test_online_with_key_in_netrc_and_a_server_that_answers_is_fine(no_credentials, monkeypatch):
+class FakeWandb(http.server.BaseHTTPRequestHandler):
+    """Answers W&B's viewer query at /graphql: the user for the one key it knows, HTTP 401 otherwise
+    (as the W&B server does); HTTP 404 elsewhere. ``seen`` records the requests."""
+
+    key = "k" * 40
+    seen: list = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        auth = base64.b64decode(self.headers.get("Authorization", "Basic ")[6:]).decode()
+        FakeWandb.seen.append((self.path, auth, body["query"]))
+        if self.path != "/graphql":
+            self.send_error(404)
+            return
+        if auth != f"api:{self.key}":
+            self.send_error(401)
+            return
+        out = json.dumps({"data": {"viewer": {"id": "VXNlcjox", "username": "me"}}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_wandb(no_credentials, monkeypatch):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeWandb)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    FakeWandb.seen = []
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_online_with_the_key_in_netrc_that_the_server_accepts_is_fine(fake_wandb, no_credentials):
+    (no_credentials / "netrc").write_text(f"machine 127.0.0.1\n  login user\n  password {'k' * 40}\n")
+    assert tracking.check(logger_cfg("online")) == []
+    assert FakeWandb.seen == [("/graphql", f"api:{'k' * 40}", tracking.VIEWER_QUERY)]  # one request
+
+
+def test_online_with_a_key_the_server_refuses_fails_saying_so(fake_wandb, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "w" * 40)
+    [problem] = tracking.check(logger_cfg("online"))
+    assert "refused the API key (HTTP 401)" in problem and "wandb login --relogin" in problem
+    assert "logger.mode=offline" in problem
+
+
+@pytest.mark.parametrize("answer", [b"", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"])
+def test_online_against_a_host_that_is_not_wandb_fails_within_the_timeout(
+    no_credentials, monkeypatch, answer
+):
+    """A server that accepts the connection and then closes it, or answers something that is not W&B."""
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
-        port = server.getsockname()[1]
-        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
-        (no_credentials / "netrc").write_text(f"machine 127.0.0.1\n  login user\n  password {'k' * 40}\n")
-        assert tracking.check(logger_cfg("online")) == []
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+
+        def serve():
+            for _ in range(2):  # the TCP check, then the viewer query
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(answer)
+
+        threading.Thread(target=serve, daemon=True).start()
+        [problem] = tracking.check(logger_cfg("online"), timeout=3)
+    assert f"{os.environ['WANDB_BASE_URL']} is not a W&B server (check WANDB_BASE_URL)" in problem
+
+
+def test_online_against_a_host_that_never_answers_gives_up_after_the_timeout(no_credentials, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    with socket.socket() as server:  # accepts (the kernel's backlog) and never answers
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+        [problem] = tracking.check(logger_cfg("online"), timeout=1)
+    assert "is not a W&B server" in problem and ("within 1 s" in problem or "timed out" in problem)
 
 
 def test_a_hanging_name_lookup_is_abandoned_after_the_timeout(monkeypatch):

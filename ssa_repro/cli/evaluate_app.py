@@ -19,13 +19,15 @@ from omegaconf import DictConfig
 from ssa_repro.cli import sweeps
 from ssa_repro.cli.keys import unknown_keys
 from ssa_repro.cli.train_app import log_evaluation
-from ssa_repro.core import tracking
+from ssa_repro.core import atomic, tracking
 from ssa_repro.core.atomic import StorageError
 from ssa_repro.core.checkpoint import CheckpointError
-from ssa_repro.core.rundir import RunDir, RunFolderError, plain, resolve_device
+from ssa_repro.core.rundir import RunDir, RunFolderError, device_problems, plain, resolve_device
 from ssa_repro.core.runlock import RunLock, RunLocked
+from ssa_repro.data.paths import CorpusError
 from ssa_repro.evaluation import runner
 from ssa_repro.evaluation.loading import load_run
+from ssa_repro.evaluation.store import StoreError
 from ssa_repro.training import distributed
 
 
@@ -39,7 +41,15 @@ def problems(cfg: DictConfig) -> list[str]:
         run_cfg = run.config()
     except RunFolderError as e:
         return [str(e)]
-    return unknown_keys(cfg) + runner.check(run_cfg, cfg.eval)
+    return device_problems(cfg.device) + unknown_keys(cfg) + runner.check(run_cfg, cfg.eval)
+
+
+# what evaluate.py can change when its storage fails: it writes into the run folder (hydra.run.dir
+# would only move its log folder)
+STORAGE_ADVICE = (
+    "evaluate.py writes its results into the run folder: make {run_dir} writable, or copy the run "
+    "folder somewhere writable and evaluate the copy (run_dir=<the copy>)"
+)
 
 
 def _fail(found: list[str], run_dir) -> SystemExit:
@@ -60,9 +70,10 @@ class CheckRunFirst(Callback):
         if found:
             raise _fail(found, config.run_dir)
         try:
-            self.lock = _lock(config)
-        except RunLocked as e:
-            raise SystemExit(f"Error: {e}") from None
+            with atomic.storage_advice(STORAGE_ADVICE.format(run_dir=config.run_dir)):
+                self.lock = _lock(config)
+        except Exception as e:  # noqa: BLE001  (Hydra would only warn and run the job: stop here)
+            raise SystemExit(f"Error: cannot evaluate {config.run_dir}: {e}") from None
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         lock = getattr(self, "lock", None)
@@ -85,7 +96,12 @@ def main(cfg: DictConfig) -> dict:
     if found:
         raise _fail(found, cfg.run_dir)
     try:
-        with _lock(cfg), distributed.exit_quietly_on_interrupt(), distributed.PreemptionGuard() as guard:
+        with (
+            _lock(cfg),
+            atomic.storage_advice(STORAGE_ADVICE.format(run_dir=cfg.run_dir)),
+            distributed.exit_quietly_on_interrupt(),
+            distributed.PreemptionGuard() as guard,
+        ):
             run = load_run(cfg.run_dir, resolve_device(cfg.device))
             summary = runner.evaluate(run, cfg.eval, between=guard.check)
             if summary.get("cells_computed"):  # its own W&B run, in the training run's group
@@ -94,5 +110,13 @@ def main(cfg: DictConfig) -> dict:
                 ) as ev:
                     log_evaluation(ev, summary, summary["evaluation"])
             return summary
-    except (RunFolderError, CheckpointError, runner.EvaluationError, RunLocked, StorageError) as e:
+    except (
+        RunFolderError,
+        CheckpointError,
+        runner.EvaluationError,
+        RunLocked,
+        StorageError,
+        StoreError,
+        CorpusError,
+    ) as e:
         raise SystemExit(f"Error: {e}") from None

@@ -110,11 +110,39 @@ def stray_word(argv: list[str]) -> str | None:
     return None
 
 
+def grammar_error(argv: list[str]) -> str | None:
+    """Hydra's own words for the first override its grammar cannot read, with how to quote the value
+    (an unquoted non-ASCII letter, an unbalanced bracket, ...); None when every override parses."""
+    parser = OverridesParser.create()
+    for a in argv:
+        if "=" not in a or a.startswith("-"):
+            continue
+        try:
+            parser.parse_overrides([a])
+        except OverrideParseException as e:
+            key, _, value = a.partition("=")
+            why, link = str(e).splitlines()[0], "https://hydra.cc/docs/advanced/override_grammar/basic"
+            odd = sorted({c for c in value if not c.isascii()})
+            if not odd:
+                return (
+                    f"{a!r} is not an override Hydra's grammar can read ({why}): check its brackets and "
+                    "quotes; a text value with spaces, commas, brackets or non-ASCII letters must be quoted, "
+                    f"with the shell's quotes around it, e.g. 'key=\"a, b\"' ({link})"
+                )
+            inner = f"'{value}'" if '"' in value else f'"{value}"'
+            return (
+                f"{a!r} is not an override Hydra's grammar can read ({why}): a value with non-ASCII "
+                f"characters (here {', '.join(map(repr, odd))}) must be quoted, with the shell's quotes "
+                f"around it: {key + '=' + inner!r} ({link})"
+            )
+    return None
+
+
 def explain_argv(config_dir: str | Path, config_name: str, argv: list[str]) -> str | None:
     """A message for a command line whose composition fails on an unknown key, naming the node's
-    valid keys (or with a stray word, an unquoted space); None when it composes (or fails for another
-    reason, which Hydra then reports)."""
-    stray = stray_word(argv)
+    valid keys (or with a stray word, an unquoted space; with a value Hydra's grammar cannot read, how
+    to quote it); None when it composes (or fails for another reason, which Hydra then reports)."""
+    stray = stray_word(argv) or grammar_error(argv)
     if stray:
         return stray
     try:

@@ -25,6 +25,7 @@ from joblib import Parallel, delayed
 from omegaconf import DictConfig, OmegaConf
 
 from ssa_repro.cli.devices import job_device
+from ssa_repro.cli.train_app import problems as train_problems
 from ssa_repro.cli.train_app import run_job
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core.atomic import write_text
@@ -147,12 +148,34 @@ def _train_and_evaluate(job: Job, study: DictConfig, cfg: DictConfig, run_dir: P
     return [{k: v for k, v in r.items() if k != "overrides"} for r in rows]
 
 
+def problems(study: DictConfig, todo: list[Job]) -> list[str]:
+    """Every job's config problems (train.py's start-up checks: keys, values, W&B, device, memory,
+    corpora) and its evaluations', before anything is written; one job per setting (seeds are alike)."""
+    out, seen = [], set()
+    for job in todo:
+        key = tuple(o for o in job.overrides if not o.startswith("seed="))
+        if key in seen:
+            continue
+        seen.add(key)
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=list(job.overrides))
+        found = train_problems(cfg) + [
+            p for ecfg in evaluations(study, str(cfg.task.name)).values() for p in runner.check(cfg, ecfg)
+        ]
+        out += [f"{job.group}/{job.name}: {p}" for p in found]
+    return out
+
+
 def run(name: str, root: Path | None = None, n_jobs: int = 2, extra: tuple[str, ...] = ()) -> Path:
-    """Run (or resume) every job of study ``name``; returns the study folder (with ``index.csv``)."""
+    """Run (or resume) every job of study ``name``; returns the study folder (with ``index.csv``). Every
+    job's config is checked first: a problem stops the study before anything is written."""
     study = load(name)
     root = Path(root or Path("outputs") / "study" / study.name)
-    root.mkdir(parents=True, exist_ok=True)
     todo = jobs(study, tuple(extra))
+    found = problems(study, todo)
+    if found:
+        raise SystemExit(f"Error: study {study.name}: invalid job configs:\n  - " + "\n  - ".join(found))
+    root.mkdir(parents=True, exist_ok=True)
     log.info("study %s: %d jobs in %s, %d at a time", study.name, len(todo), root, n_jobs)
     t0 = time.perf_counter()
     results = Parallel(n_jobs=n_jobs, backend="loky", verbose=10)(

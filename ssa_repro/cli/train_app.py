@@ -10,8 +10,8 @@ The job (:func:`main`): ``training.trainer.train`` (which resumes, or skips a fi
 ``evaluation.quick`` with the ``evaluation`` keys and each evaluation of ``evaluation.also``, stored
 like ``python evaluate.py``'s (``<run_dir>/eval/<evaluation>/<protocol>/``); their headline numbers go
 into ``summary.json``. In a multirun a job that fails is recorded in ``<job>/failed.txt`` and the
-other jobs go on (Hydra reports the failure and exits non-zero at the end); each job is its own W&B
-run, grouped by the sweep folder's name and tagged with the job's overrides.
+other jobs go on; the sweep ends with one line per failed job and exits 1 (no traceback); each job is
+its own W&B run, grouped by the sweep folder's name and tagged with the job's overrides.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,6 @@ from typing import Any
 import pandas as pd
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -42,6 +42,7 @@ from ssa_repro.data.paths import CorpusError
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.runner import QuickConfig
+from ssa_repro.evaluation.store import StoreError
 from ssa_repro.training import distributed, memory, run_state, validate
 from ssa_repro.training.checkpointer import TrainingDiverged
 from ssa_repro.training.trainer import run_name, train
@@ -56,12 +57,9 @@ FAILURES = (
     StorageError,
     CorpusError,
     ConfigFileError,
+    StoreError,
 )
 TAG_LEN = 64  # W&B's limit for one tag
-
-
-class JobFailed(RuntimeError):
-    """A multirun job that stopped with an error (the other jobs go on)."""
 
 
 def end_of_run_evals(cfg: DictConfig) -> list[DictConfig]:
@@ -117,14 +115,17 @@ class ValidateFirst(Callback):
                 "N ...`, which does (Hydra resolves ${now:...} in each process separately)"
             )
         run_dir = Path(str(config.hydra.run.dir))
-        found = problems(config)
+        try:
+            found = problems(config)
+        except Exception as e:  # noqa: BLE001  (Hydra would only warn and run the job: stop here)
+            raise SystemExit(f"Error: {type(e).__name__}: {e}") from None
         if found:
             raise SystemExit("Error: invalid config:\n  - " + "\n  - ".join(found))
         try:
             if distributed.rank() == 0:  # one writer from here on, before Hydra writes .hydra/ into it
                 self.lock = RunLock(run_dir, "train").acquire()
             run_state.prepare(config, run_dir)  # what the folder holds (read under the lock)
-        except FAILURES as e:
+        except Exception as e:  # noqa: BLE001  (FAILURES, and any other: Hydra would only warn)
             self.on_run_end(config)  # refused: leave the folder as it was (no holder record)
             raise SystemExit(f"Error: {e}") from None
 
@@ -134,6 +135,7 @@ class ValidateFirst(Callback):
             lock.release()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.sweep_started, self.sweep_size = time.time(), None  # (failed.txt written since: this sweep's)
         if distributed.world_size() > 1:
             raise SystemExit(
                 "Error: a multirun cannot run under torchrun; start each data-parallel run on its own "
@@ -165,15 +167,13 @@ class ValidateFirst(Callback):
                 + "\n  - ".join(f"{d}: {' | '.join(js)}" for d, js in shared.items())
             )
         sweeps.write_jobs(config.hydra.sweep.dir, jobs)
+        self.sweep_size = len(jobs)
         log.info("sweep: %d jobs into %s", len(jobs), config.hydra.sweep.dir)
 
-    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        if getattr(job_return, "status", None) == JobStatus.FAILED and config.hydra.mode == RunMode.MULTIRUN:
-            log.error(
-                "job %s failed: %s (the other jobs go on)",
-                config.hydra.runtime.output_dir,
-                str(job_return._return_value).splitlines()[0] if job_return._return_value else "",
-            )
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        failed = sweeps.failures(config.hydra.sweep.dir, getattr(self, "sweep_started", 0.0) - 1.0)
+        if failed:
+            raise SystemExit(sweeps.failure_message(failed, getattr(self, "sweep_size", None)))
 
 
 def log_evaluation(tracker, summary: dict, name: str) -> None:
@@ -266,11 +266,14 @@ def main(cfg: DictConfig) -> dict:
     try:
         summary = run_job(cfg, run_dir)
     except Exception as e:
-        # a normal exception (not SystemExit): Hydra records it and the sweep goes on with the next job
-        if run_dir.is_dir():
-            write_text(failed, f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}")
-        if isinstance(e, (*FAILURES, TrainingDiverged)):
-            raise JobFailed(f"{run_dir}: {e}") from None
-        raise
+        # recorded; the sweep goes on with the next job and names every failed one at its end
+        # (ValidateFirst.on_multirun_end), without a traceback: that is in failed.txt
+        first = (str(e).splitlines() or [""])[0]
+        try:
+            write_text(failed, f"{type(e).__name__}: {first}\n\n{e}\n\n{traceback.format_exc()}")
+        except OSError as why:  # (a read-only job folder: the log line below still names the failure)
+            log.error("could not record the failure in %s: %s", failed, why)
+        log.error("job %s failed: %s (the other jobs go on)", run_dir, first)
+        return {"failed": f"{type(e).__name__}: {first}"}
     failed.unlink(missing_ok=True)
     return summary

@@ -28,6 +28,7 @@ and what to do when it is empty, truncated or not parsable; a missing file stays
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import fcntl
 import json
@@ -39,6 +40,25 @@ from pathlib import Path
 from typing import IO, Any
 
 DEFAULT_HINT = "hydra.run.dir=<another folder>"  # what to change, named in storage errors
+# what the running command can change instead, where that is not hydra.run.dir (storage_advice)
+_ADVICE: contextvars.ContextVar[str] = contextvars.ContextVar("storage_advice", default=DEFAULT_HINT)
+
+
+@contextlib.contextmanager
+def storage_advice(hint: str) -> Iterator[None]:
+    """Within the block, storage errors of writers given no hint of their own name ``hint`` as what to
+    change (``evaluate.py`` writes into the run folder: ``hydra.run.dir`` only moves its log folder)."""
+    token = _ADVICE.set(hint)
+    try:
+        yield
+    finally:
+        _ADVICE.reset(token)
+
+
+def _advice(hint: str) -> str:
+    return _ADVICE.get() if hint == DEFAULT_HINT else hint
+
+
 TMP_RE = re.compile(r"^\.(?P<name>.+)\.tmp(?P<pid>\d+)$")
 NEARLY_FULL = 1 << 20  # bytes free under which an unexplained write failure is taken for a full disk
 
@@ -80,6 +100,7 @@ def storage_message(err: int | None, path: str | os.PathLike, hint: str = DEFAUL
     """The words for a storage errno while writing ``path`` (None if ``err`` is not a storage error)."""
     path = Path(path)
     folder = path.parent
+    hint = _advice(hint)
     if err in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
         free = _free_bytes(folder)
         what = "no space left on device" if err == errno.ENOSPC else "disk quota exceeded"
@@ -146,7 +167,7 @@ def _raise_storage(exc: BaseException, path: Path, hint: str, err: int | None) -
         if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
             # another OSError (EIO, ENAMETOOLONG, ...): keep its errno, say which file
             raise StorageError(
-                exc.errno, f"cannot write {path}: {exc.strerror or exc}; {hint}", str(path)
+                exc.errno, f"cannot write {path}: {exc.strerror or exc}; {_advice(hint)}", str(path)
             ) from exc
         return
     raise StorageError(err, storage_message(err, path, hint) or "", str(path)) from exc
@@ -240,8 +261,13 @@ def write_json(
     """``obj`` as JSON (indented, one trailing newline) to ``path`` atomically. The text is made before
     the file is touched, so an object that cannot be serialised leaves ``path`` as it was. numpy scalars
     and paths are written as plain numbers and strings."""
+    return write_text(path, json_text(obj, indent, **dumps_kw), hint)
+
+
+def json_text(obj: Any, indent: int = 2, **dumps_kw) -> str:
+    """The text :func:`write_json` writes for ``obj`` (to compare with a file before rewriting it)."""
     dumps_kw.setdefault("default", _plain)
-    return write_text(path, json.dumps(obj, indent=indent, **dumps_kw) + "\n", hint)
+    return json.dumps(obj, indent=indent, **dumps_kw) + "\n"
 
 
 def _plain(value):

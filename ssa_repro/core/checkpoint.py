@@ -23,6 +23,8 @@ it no longer reproduces the uninterrupted run bit for bit.
 from __future__ import annotations
 
 import os
+import pickle
+import re
 from pathlib import Path
 
 import torch
@@ -51,7 +53,20 @@ def load(path: Path, map_location="cpu") -> dict:
     path = Path(path)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # torch raises many kinds (RuntimeError, EOFError, UnpicklingError, KeyError...)
+    except pickle.UnpicklingError as e:
+        code = refused_code(str(e))
+        if code is None:
+            raise CheckpointError(
+                f"cannot read checkpoint {path}: it is truncated or not a torch checkpoint (UnpicklingError)."
+                " Remove it to start over, or point hydra.run.dir at another folder."
+            ) from None
+        raise CheckpointError(  # never torch's hint to load it with weights_only=False: that runs it
+            f"refused checkpoint {path}: it holds code ({code}) that safe loading (weights_only=True) "
+            "does not run; a checkpoint written by this framework holds only tensors and plain values, so "
+            "this file was made or changed elsewhere: do not load it by other means unless you trust where "
+            "it came from; remove it, or point hydra.run.dir at another folder."
+        ) from None
+    except Exception as e:  # torch raises many kinds (RuntimeError, EOFError, KeyError...)
         raise CheckpointError(
             f"cannot read checkpoint {path}: it is truncated or not a torch checkpoint "
             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). Remove it to start over, "
@@ -63,6 +78,13 @@ def load(path: Path, map_location="cpu") -> dict:
             f"found {state.get('format') if isinstance(state, dict) else type(state).__name__!r})"
         )
     return state
+
+
+def refused_code(message: str) -> str | None:
+    """The callable a ``weights_only`` load refused (``posix.system``), from torch's message; None when
+    the failure was not a refused global."""
+    m = re.search(r"(?:unsupported GLOBAL|Unsupported global: GLOBAL) ([\w.]+)", message)
+    return m.group(1) if m else None
 
 
 def thread_info() -> dict:

@@ -8,6 +8,8 @@ checkpoint, and says whether a config may continue it.
     <run>/checkpoints/last.pt   the whole training state (+ step_XXXXXXX.pt every train.keep_every)
     <run>/summary.json          written when training ends (then with the end-of-run evaluations)
     <run>/failed.txt            a multirun job's error (removed when the job succeeds)
+    <run>/run_id.txt            the run's identity (a uuid), also in its checkpoints and stored cells
+    <run>/discarded/<time>/     a trained model's results moved aside by train.discard_old_results=true
     <run>/eval/<evaluation>/    evaluations (``ssa_repro/evaluation/store.py``); eval/sweeps/: their sweeps
     <run>/.hydra/overrides.yaml Hydra's record of the command line's overrides
 
@@ -22,7 +24,10 @@ ones) are kept as they were written.
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import uuid
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import get_type_hints
@@ -32,7 +37,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from ssa_repro.core import checkpoint
+from ssa_repro.core import atomic, checkpoint
 from ssa_repro.core.enums import value_of
 from ssa_repro.core.registry import schema_of
 from ssa_repro.core.schema import ModelConfig, RootConfig
@@ -50,6 +55,9 @@ EVAL_SWEEPS = "sweeps"  # eval/sweeps/<stamp>: the logs of an evaluation sweep o
 OVERRIDES = ".hydra/overrides.yaml"
 JOBS = "jobs.yaml"  # a sweep folder's job list
 MULTIRUN = "multirun.yaml"  # Hydra's record in a sweep folder
+WANDB_FILES = ("wandb_id.txt", "wandb_run.json")  # the W&B run a training resumes (core/tracking.py)
+RUN_ID = "run_id.txt"  # the run's identity: written at its first start, kept in checkpoints and cells
+DISCARDED = "discarded"  # discarded/<UTC time>/: results moved aside by train.discard_old_results=true
 
 # Keys that must match for a checkpoint to be continued; others (steps, intervals, evaluation, logger,
 # device, compile, precision) may change between starts.
@@ -133,7 +141,50 @@ class RunDir:
     def overrides_file(self) -> Path:
         return self.path / OVERRIDES
 
+    @property
+    def discarded_dir(self) -> Path:
+        return self.path / DISCARDED
+
+    @property
+    def identity_file(self) -> Path:
+        return self.path / RUN_ID
+
+    def identity(self) -> str | None:
+        """The run's identity (``run_id.txt``), None when it has none (a folder of older code)."""
+        try:
+            return self.identity_file.read_text().strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def adopt_identity(self, from_checkpoint: str | None) -> str:
+        """The identity of the model this start trains: the checkpoint's (a resume), else the folder's,
+        else a new one (a first start; or a folder of older code, which adopts one at its first load);
+        ``run_id.txt`` is written when it does not say so already."""
+        found = from_checkpoint or self.identity() or f"r{uuid.uuid4().hex}"  # (never read as a number)
+        if self.identity() != found:
+            atomic.write_text(self.identity_file, found + "\n")
+        return found
+
     # ---------------------------------------------------------------- state
+    def results(self) -> list[Path]:
+        """What a trained model left here: ``summary.json`` and the stored evaluations (``eval/``, its
+        log folders aside). A folder holding these without a checkpoint cannot be resumed."""
+        found = [self.summary_file] if self.summary_file.exists() else []
+        if any(self.eval_dir.glob("*/*/parts/*.csv")):
+            found.append(self.eval_dir)
+        return found
+
+    def discard_results(self) -> Path:
+        """Move :meth:`results` (and the W&B run id files of the old model) to ``discarded/<UTC time>/``:
+        nothing is deleted. Returns that folder."""
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        target = self.discarded_dir / stamp
+        target.mkdir(parents=True, exist_ok=True)
+        old = [self.path / n for n in (*WANDB_FILES, RUN_ID) if (self.path / n).exists()]  # a new model
+        for path in [*self.results(), *old]:
+            os.rename(path, target / path.name)
+        return target
+
     def is_run(self) -> bool:
         """Holds a config.yaml (a run that started)."""
         return self.config_file.is_file()
@@ -253,6 +304,13 @@ def config_mismatches(saved: dict, current: dict) -> list[str]:
     return [
         f"{k}: checkpoint has {a.get(k)!r}, config has {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)
     ]
+
+
+def device_problems(name) -> list[str]:
+    """``device=cuda`` on a machine without CUDA, said before any work (train.py and evaluate.py)."""
+    if value_of(name) == "cuda" and not torch.cuda.is_available():
+        return ["device=cuda but no CUDA device is available; use device=auto or device=cpu"]
+    return []
 
 
 def resolve_device(name) -> torch.device:

@@ -97,6 +97,8 @@ class TrainConfig:
     ckpt_interval: int = 500  # steps between writes of the last checkpoint
     keep_every: int = 0  # also keep a numbered checkpoint every this many steps (0: never)
     resume: bool = True  # continue from the run folder's last checkpoint when it exists
+    # a folder holding results but no checkpoint is refused; true: train again, old results moved aside
+    discard_old_results: bool = False
     optimizer: Optimizer = Optimizer.adam
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     weight_decay: float = 0.0  # adamw: applied to matrices only (not biases, norms, scorer scalars)

@@ -16,7 +16,9 @@ Modes (``logger.mode``): ``offline`` (default), ``online``, ``disabled``.
   read locally.
 - **online: fail fast.** :func:`check` (called from start-up validation, before the run folder is
   created) reports a missing API key (``WANDB_API_KEY``, ``WANDB_IDENTITY_TOKEN_FILE`` or a netrc
-  entry for the W&B host) and a W&B host that cannot be reached within a few seconds. There is no
+  entry for the W&B host), a W&B host that cannot be reached within a few seconds, and a key the
+  server does not accept or a host that is not a W&B server: one authenticated request (W&B's GraphQL
+  ``viewer`` query, the one ``wandb login`` makes) must return the key's user. There is no
   silent fall-back to offline: a run asked to be online that quietly is not would be lost from the
   dashboard; the message says how to run offline instead.
 
@@ -24,7 +26,7 @@ API::
 
     configure_environment(mode) -> str                   # before wandb is imported; idempotent
     check(logger_cfg) -> list[str]                       # bad WANDB_MODE, online without key/network
-    check_online(logger_cfg, timeout=5.0) -> list[str]   # the online part of check
+    check_online(logger_cfg, timeout=5.0) -> list[str]   # the online part of check (key, host, viewer)
     training_headline(final_loss=, parameters=, steps_per_sec=, wall_time_s=, scorer_stats=) -> dict
     Tracker.for_training(logger_cfg, run_dir, config, name) -> Tracker      # id in run_dir/wandb_id.txt
     Tracker.for_evaluation(run_dir, run_config, protocol, name, logger_cfg=None) -> Tracker
@@ -62,6 +64,8 @@ Keys (``docs/wandb.md`` has the full table)::
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import logging
 import netrc
@@ -70,6 +74,8 @@ import re
 import socket
 import sys
 import threading
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -145,11 +151,14 @@ def check(logger_cfg, timeout: float = 5.0) -> list[str]:
 
 
 def check_online(logger_cfg=None, timeout: float = 5.0) -> list[str]:
-    """Problems that would make an online run fail or hang: no API key, or the W&B host unreachable.
+    """Problems that would make an online run fail or hang: no API key, the W&B host unreachable, a key
+    the server refuses, a host that is not a W&B server.
 
     The key is looked up where wandb looks (``WANDB_API_KEY``, ``WANDB_IDENTITY_TOKEN_FILE``, a netrc
     entry for the host); the host (``WANDB_BASE_URL``, default ``https://api.wandb.ai``) is only contacted
-    when a key is present, with a TCP connection bounded by ``timeout`` seconds (DNS included).
+    when a key is present: a TCP connection, then the key checked with one ``viewer`` query
+    (:func:`credentials_problem`; not for an identity token, which wandb exchanges itself), each bounded
+    by ``timeout`` seconds (DNS included).
     """
     base_url = os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL
     offline_hint = "or run with logger.mode=offline and upload later with `wandb sync`"
@@ -161,19 +170,74 @@ def check_online(logger_cfg=None, timeout: float = 5.0) -> list[str]:
     why = reachability_problem(base_url, timeout)
     if why:
         return [f"logger.mode=online but the W&B server {base_url} is not reachable ({why}); {offline_hint}"]
+    key = _api_key(base_url)
+    why = credentials_problem(base_url, key, timeout) if key else None  # (an identity token: TCP only)
+    if why:
+        return [f"logger.mode=online but {why}; {offline_hint}"]
     return []
 
 
+VIEWER_QUERY = "query Viewer { viewer { id username } }"
+
+
+def credentials_problem(base_url: str, key: str, timeout: float = 5.0) -> str | None:
+    """None if the W&B server at ``base_url`` answers the ``viewer`` query authenticated with ``key``
+    (HTTP basic auth, user ``api``, as wandb does) with a user, within ``timeout`` s; else why not.
+    Like :func:`reachability_problem`, the request runs in a daemon thread abandoned after ``timeout``."""
+    url = base_url.rstrip("/") + "/graphql"
+    auth = base64.b64encode(f"api:{key}".encode()).decode()
+    request = urllib.request.Request(
+        url,
+        data=json.dumps({"query": VIEWER_QUERY}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Basic {auth}"},
+        method="POST",
+    )
+    not_wandb = f"{base_url} is not a W&B server (check WANDB_BASE_URL)"
+    result: list[str | None] = []
+
+    def attempt() -> None:
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                body = answer.read(1 << 20)
+            viewer = (json.loads(body).get("data") or {}).get("viewer")
+            result.append(None if viewer else f"the W&B server {base_url} knows no user for this API key")
+        except urllib.error.HTTPError as e:
+            if e.code in (401, 403):
+                result.append(
+                    f"the W&B server {base_url} refused the API key (HTTP {e.code}): check WANDB_API_KEY "
+                    "or run `wandb login --relogin`"
+                )
+            else:
+                result.append(f"{not_wandb}: it answered HTTP {e.code} {e.reason} to W&B's viewer query")
+        except (ValueError, AttributeError):  # not JSON, or JSON of another shape
+            result.append(f"{not_wandb}: it did not answer W&B's viewer query with W&B's JSON")
+        except (OSError, http.client.HTTPException) as e:  # refused, reset, timed out, not HTTP
+            reason = getattr(e, "reason", None) or e
+            result.append(f"{not_wandb}: no HTTP answer to W&B's viewer query ({reason})")
+
+    thread = threading.Thread(target=attempt, name="wandb-credentials", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not result:
+        return f"{not_wandb}: no answer to W&B's viewer query within {timeout:g} s"
+    return result[0]
+
+
 def _have_api_key(base_url: str) -> bool:
-    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
-        return True
+    return bool(_api_key(base_url) or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"))
+
+
+def _api_key(base_url: str) -> str | None:
+    """The API key wandb would use: ``WANDB_API_KEY``, else the netrc password for the host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return os.environ["WANDB_API_KEY"]
     host = urlparse(base_url).hostname or ""
     path = Path(os.environ.get("NETRC") or Path.home() / ".netrc").expanduser()
     try:
         auth = netrc.netrc(str(path)).authenticators(host) if path.exists() else None
     except (netrc.NetrcParseError, OSError):
-        return False
-    return bool(auth and auth[2])
+        return None
+    return auth[2] if auth and auth[2] else None
 
 
 def reachability_problem(base_url: str, timeout: float = 5.0) -> str | None:

@@ -71,7 +71,7 @@ def scan_lines(path: Path, max_lines: int | None = None) -> dict:
 def _scan_lines(key: tuple, max_lines: int | None) -> dict:
     path = Path(key[0])
     raw = path.read_bytes()
-    text, replaced, first = decode(raw)  # invalid UTF-8 counted over the whole file
+    text, replaced, first = decode(raw, path)  # invalid UTF-8 counted (and its share checked) over the file
     n_lines = utterances = 0
     shortest = None
     for i, line in enumerate(io.StringIO(text, newline=None)):  # the lines open() gives read_lines

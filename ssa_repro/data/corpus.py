@@ -11,7 +11,10 @@ rules of lm-eval's ``wikitext`` task).
 
 Bytes that are not valid UTF-8 are replaced by U+FFFD and counted (with the byte offset of the first
 one, so it can be found), not refused: one stray byte in a 20 MB corpus should not stop a run, and
-the count in the log says how much was replaced (the masked LM's corpus is read the same way,
+the count in the log says how much was replaced. A file of which more than ``MAX_UNDECODABLE`` (1%) of
+the bytes are not UTF-8 is refused (:class:`~ssa_repro.data.paths.CorpusError` naming the file and the
+share): it is another encoding or not text at all, and training on it would learn replacement
+characters (the masked LM's corpus is read the same way,
 :mod:`ssa_repro.data.childes`). Empty (or whitespace-only) lines are counted (in a document file they
 separate documents; runs of them never make empty documents). The counts are in ``meta.json`` beside
 the arrays and in the run's log. :func:`scan` gives the same counts without tokenising, for the
@@ -41,11 +44,13 @@ from pathlib import Path
 import numpy as np
 
 from ssa_repro.core import atomic
+from ssa_repro.data.paths import CorpusError
 from ssa_repro.data.tokenizer import TextTokenizer, file_key
 
 log = logging.getLogger("ssa_repro.data")
 
 VERSION = 1
+MAX_UNDECODABLE = 0.01  # the share of a corpus file's bytes that may be invalid UTF-8 (replaced)
 CACHE_HINT = "data.cache_dir=<another folder>"
 
 
@@ -61,15 +66,25 @@ class Corpus:
         return len(self.tokens)
 
 
-def decode(raw: bytes) -> tuple[str, int, int | None]:
+def decode(raw: bytes, path: Path | None = None) -> tuple[str, int, int | None]:
     """UTF-8 text with invalid bytes replaced by U+FFFD: (text, sequences replaced, byte offset of the
-    first one or None)."""
+    first one or None). With ``path`` (a corpus file), more than ``MAX_UNDECODABLE`` of the bytes not
+    UTF-8 is a :class:`CorpusError` naming the file and the share."""
     try:
         return raw.decode("utf-8"), 0, None
     except UnicodeDecodeError as e:
         first = e.start
     text = raw.decode("utf-8", errors="replace")
     bad = text.count("\ufffd") - raw.count("\ufffd".encode())  # replacements made, not ones in the file
+    # each replacement re-encodes to 3 bytes; every other character to the bytes it was read from
+    undecodable = len(raw) - (len(text.encode()) - 3 * bad)
+    if path is not None and undecodable > MAX_UNDECODABLE * len(raw):
+        raise CorpusError(
+            f"{path}: {undecodable / len(raw):.0%} of its bytes ({undecodable} of {len(raw)}, the first at "
+            f"byte {first}) are not UTF-8, more than the {MAX_UNDECODABLE:.0%} a corpus may hold (they would "
+            "be trained on as replacement characters): it is another encoding or not text; convert it "
+            "(e.g. iconv -f latin1 -t utf-8) or point the task's corpus key / data.root at another file"
+        )
     return text, bad, first
 
 
@@ -77,7 +92,7 @@ def read_text(path: Path) -> tuple[str, dict]:
     """The file as text (LF line ends) with counts: bytes, invalid UTF-8 sequences (replaced) and the
     byte offset of the first, lines, empty lines."""
     raw = Path(path).read_bytes()
-    text, bad, first = decode(raw)
+    text, bad, first = decode(raw, path)
     text = text.replace("\r\n", "\n")
     lines = text.split("\n")
     if lines and lines[-1] == "":

@@ -24,6 +24,7 @@ class LoadedRun:
     task: Task
     step: int  # training steps behind the checkpoint
     device: torch.device
+    run_id: str | None = None  # the model's identity (None: a run of older code); in stored cells
 
     @property
     def labels(self) -> dict:
@@ -68,4 +69,5 @@ def load_run(run_dir: str | Path, device: torch.device) -> LoadedRun:
             f"{run.path}: the checkpoint does not fit the model in {run.config_file.name}: {e}"
         ) from None
     model.to(device).eval()
-    return LoadedRun(run.path, cfg, model, build_task(cfg.task), int(state["step"]), device)
+    run_id = state.get("run_id") or run.identity()
+    return LoadedRun(run.path, cfg, model, build_task(cfg.task), int(state["step"]), device, run_id)

@@ -11,7 +11,9 @@
 3. Cells: the protocol's stored cells at this checkpoint step are reused, the missing ones computed
    (all with ``eval.force=true``) and written as they finish (an interrupted evaluation keeps them).
 4. Derived files (``results.csv``, further tables, figures, ``summary.json``) are redrawn from every
-   stored cell of the protocol at the newest step, under the protocol folder's lock.
+   stored cell of the protocol at the newest step, under the protocol folder's lock; they are never
+   read (a file whose bytes would not change is left as it is; figures are drawn again when the cells
+   they show changed, see :func:`redraw`).
 
 Rows carry the run's labels (task, scorer, model, seed, step), ``eval``, ``protocol`` (the id) and
 ``preset``. Nothing is written outside ``<run_dir>/eval/``.
@@ -20,17 +22,20 @@ Rows carry the run's labels (task, scorer, model, seed, step), ``eval``, ``proto
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import time
 from dataclasses import dataclass
 from typing import get_type_hints
 
+import numpy as np
+import pandas as pd
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from ssa_repro.core import plotting
-from ssa_repro.core.atomic import atomic_path, write_json
+from ssa_repro.core.atomic import json_text, write_bytes, write_json
 from ssa_repro.core.rundir import SUMMARY
 from ssa_repro.evaluation.grid import GridConfig
 from ssa_repro.evaluation.loading import LoadedRun
@@ -146,7 +151,7 @@ def check(run_cfg, cfg) -> list[str]:
 
 
 def store_of(run_dir, ev: Evaluator) -> Store:
-    return Store(run_dir, ev.name, ev.protocol(), list(ev.coords))
+    return Store(run_dir, ev.name, ev.protocol(), list(ev.coords), repair=True)
 
 
 def evaluate(run: LoadedRun, cfg, between=None) -> dict:
@@ -156,8 +161,10 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
     if found:
         raise EvaluationError("\n  - ".join([f"cannot run eval={cfg.name} on {run.run_dir}:", *found]))
     store = store_of(run.run_dir, ev)
+    store.repair()  # damaged stored files moved aside: their cells count as missing
     wanted = ev.cells()
-    have = set() if ev.cfg.force else store.present(run.step)
+    run_id = getattr(run, "run_id", None)  # cells of another model (identity) are never reused
+    have = set() if ev.cfg.force else store.present(run.step, run_id)
     missing = [c for c in wanted if store.cell_key(c) not in have]
     log.info(
         "%s (eval=%s) on %s, step %d: %d cells, %d stored, %d to compute; results in %s",
@@ -173,26 +180,27 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
     ev.out_dir = store.dir  # for evaluators that write arrays or model-made figures while computing
     store.ensure()
     t0 = time.perf_counter()
-    tags = {"eval": ev.name, "protocol": store.id, "preset": ev.preset}
+    tags = {
+        "eval": ev.name,
+        "protocol": store.id,
+        "preset": ev.preset,
+        **({"run_id": run_id} if run_id else {}),
+    }
     if missing:
         was_training = run.model.training
         run.model.eval()
         try:
             with Progress(len(missing), ev.name) as bar, plotting.saving(ev.cfg.figures):
                 for tables in ev.compute(run, missing, bar):
-                    store.write({k: v.assign(**tags) for k, v in tables.items() if v is not None and len(v)})
+                    tables = {k: v.assign(**tags) for k, v in tables.items() if v is not None and len(v)}
+                    store.write({k: mark_non_finite(v, ev, k) for k, v in tables.items()})
                     if between is not None:
                         between()
         finally:
             run.model.train(was_training)
     seconds = time.perf_counter() - t0
-    summary_path = store.dir / SUMMARY
-    newest = max((p.stat().st_mtime for p in store.dir.glob("parts/*.csv")), default=0.0)
-    if missing or not summary_path.exists() or summary_path.stat().st_mtime < newest:
-        with plotting.saving(ev.cfg.figures):
-            summary = redraw(store, ev, run.title)
-    else:  # nothing new: the derived files already show every stored cell (touch nothing)
-        summary = json.loads(summary_path.read_text())
+    with plotting.saving(ev.cfg.figures):  # derived files are drawn from the cells, never read
+        summary = redraw(store, ev, run.title, run_id)
     summary.update(
         {
             "cells_asked": len(wanted),
@@ -201,22 +209,54 @@ def evaluate(run: LoadedRun, cfg, between=None) -> dict:
             "seconds": seconds,
         }
     )
-    log.info("%s: %.1f s; %s", ev.name, seconds, summary_path)
+    log.info("%s: %.1f s; %s", ev.name, seconds, store.dir / SUMMARY)
     return summary
 
 
-def redraw(store: Store, ev: Evaluator, title: str) -> dict:
-    """Tables, figures and summary.json of the protocol, from every stored cell (newest step)."""
+def mark_non_finite(frame: pd.DataFrame, ev: Evaluator, table: str) -> pd.DataFrame:
+    """``frame`` with a ``non_finite`` column naming, in each row, the numeric columns that hold an
+    infinity, added only where there is one; a warning names the cells. (A value overflowed, e.g. a
+    baseline's mse at ``eval.sigmas=[1e7]``: it is kept and marked, never stored silently. NaN is not
+    marked: evaluations store it for "not defined here", e.g. an interval of one sample.)"""
+    bad = frame.select_dtypes("number").apply(lambda col: np.isinf(col.astype(float)))
+    rows = bad.any(axis=1)
+    if not rows.any():
+        return frame
+    names = bad.apply(lambda r: ",".join(c for c in bad.columns if r[c]), axis=1)
+    coords = [c for c in [*ev.coords, "predictor", "metric"] if c in frame]
+    shown = [
+        ", ".join(f"{c}={frame.at[i, c]}" for c in coords) + f": {names[i]}" for i in frame.index[rows][:5]
+    ]
+    log.warning(
+        "%s (%s): %d stored row(s) hold values that are not finite (they overflowed or are undefined at "
+        "these settings); stored with their names in the non_finite column: %s%s",
+        ev.name,
+        table,
+        int(rows.sum()),
+        "; ".join(shown),
+        " ..." if rows.sum() > 5 else "",
+    )
+    return frame.assign(non_finite=names.where(rows, ""))
+
+
+def redraw(store: Store, ev: Evaluator, title: str, run_id: str | None = None) -> dict:
+    """Tables, figures and summary.json of the protocol, from every stored cell (newest step). Nothing
+    derived is read: the tables and the summary are made anew and written where their bytes differ
+    (a damaged one is replaced, an unchanged one left as it is); the figures are drawn again when the
+    parts they were drawn from (named in ``.drawn.json``) or the title changed, or one is missing."""
     with store.locked():
-        frames = {t: store.read(t) for t in ev.tables()}
+        frames = {t: store.read(t, run_id) for t in ev.tables()}
         results = frames["results"]
         step = int(results["step"].max()) if len(results) else None
         latest = {t: (f[f["step"] == step] if len(f) and "step" in f else f) for t, f in frames.items()}
         for table, frame in frames.items():
             if len(frame):
-                with atomic_path(store.dir / f"{table}.csv") as tmp:
-                    frame.to_csv(tmp, index=False)
-        figures = ev.draw(latest, f"{title} · step {step}", store.dir) if step is not None else []
+                _write_if_changed(store.dir / f"{table}.csv", frame.to_csv(index=False).encode())
+        figures = _drawn(store, title)
+        if figures is None:
+            drawn = ev.draw(latest, f"{title} · step {step}", store.dir) if step is not None else []
+            figures = [p.name for p in drawn]
+            write_json(store.dir / DRAWN, {"key": _drawing_key(store, title), "figures": figures})
         summary = {
             "evaluation": ev.name,
             "protocol_id": store.id,
@@ -225,10 +265,43 @@ def redraw(store: Store, ev: Evaluator, title: str) -> dict:
             "step": step,
             "steps": sorted(int(s) for s in results["step"].unique()) if len(results) else [],
             "dir": str(store.dir),
-            "figures": [p.name for p in figures],
+            "figures": figures,
             "tables": [t for t in ev.tables() if len(frames[t])],
             "heatmap": ev.heatmap(),
             **ev.summarize(latest),
         }
-        write_json(store.dir / SUMMARY, summary)
+        marked = results[results["non_finite"].fillna("") != ""] if "non_finite" in results else results[:0]
+        if len(marked):  # cells whose values are not finite (marked when stored): said in the summary
+            summary["non_finite_rows"] = int(len(marked))
+        _write_if_changed(store.dir / SUMMARY, json_text(summary).encode())
     return summary
+
+
+DRAWN = ".drawn.json"  # which parts (and title) the figures were drawn from: whether to draw again
+
+
+def _drawing_key(store: Store, title: str) -> str:
+    """A hash of the title and the names of the parts present (a part is never rewritten: new cells,
+    recomputed cells and parts moved aside all change the names)."""
+    names = sorted(p.name for p in (store.dir / "parts").glob("*.csv"))
+    return hashlib.sha256(json.dumps([title, names]).encode()).hexdigest()
+
+
+def _drawn(store: Store, title: str) -> list[str] | None:
+    """The figures' names if they were drawn from the parts present and all exist; else None."""
+    try:
+        info = json.loads((store.dir / DRAWN).read_text())
+        figures = [str(f) for f in info["figures"]]
+        current = info["key"] == _drawing_key(store, title)
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or damaged: draw
+        return None
+    return figures if current and all((store.dir / f).is_file() for f in figures) else None
+
+
+def _write_if_changed(path, data: bytes) -> None:
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    write_bytes(path, data)

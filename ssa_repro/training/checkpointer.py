@@ -66,6 +66,7 @@ class Checkpointer:
         self.run, self.path, self.model, self.opt, self.gen = run, run.last_checkpoint, model, opt, gen
         self.device, self.dd, self.config, self.keep_every = device, dd, config, keep_every
         self.last_good: int | None = None
+        self.run_id: str | None = None  # the run's identity (RunDir.adopt_identity), kept in each checkpoint
 
     def describe_last_good(self) -> str:
         return f"{self.path} (step {self.last_good})" if self.last_good is not None else "none was written"
@@ -108,6 +109,7 @@ class Checkpointer:
                 "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
             },
             "config": self.config,
+            **({"run_id": self.run_id} if self.run_id else {}),
         }
         checkpoint.save(self.path, payload)
         if self.keep_every and step % self.keep_every == 0:

@@ -3,6 +3,9 @@
 :func:`prepare` reads the folder (it writes nothing) after checking the config's values:
 
 - no ``checkpoints/last.pt``: a new run;
+- no checkpoint but results of a trained model (``summary.json``, stored evaluations): refused, as it
+  cannot be resumed and a new model would sit beside the old one's results; ``train.discard_old_results
+  =true`` trains again with the old results moved to ``discarded/<time>/``;
 - a checkpoint and ``train.resume=false``: refused (another ``hydra.run.dir`` starts a new run);
 - a checkpoint whose config differs in the keys that must match to continue it (``rundir.RESUME_KEYS``: task,
   model, scorer, seed, curriculum, the optimiser's settings), or that was written on another device
@@ -36,6 +39,7 @@ FREE_WHEN_FINISHED = ("logger", "evaluation")  # a finished run re-run with othe
 class RunState:
     checkpoint: dict | None = None  # the state to resume from
     finished: dict | None = None  # the summary of a run that already finished this config
+    discard: bool = False  # move the old results aside before training (train.discard_old_results)
 
 
 def _checkpoint_problems(cfg: DictConfig, state: dict) -> list[str]:
@@ -72,8 +76,10 @@ def _finished(cfg: DictConfig, run: RunDir, state: dict) -> dict | None:
     steps = cfg.train.steps
     if summary.get("steps") != steps or int(state["step"]) != steps:
         return None
+    for c in (saved, current := plain(cfg)):
+        c.get("train", {}).pop("discard_old_results", None)  # (says what to do without a checkpoint)
     same = {k: v for k, v in saved.items() if k not in FREE_WHEN_FINISHED} == {
-        k: v for k, v in plain(cfg).items() if k not in FREE_WHEN_FINISHED
+        k: v for k, v in current.items() if k not in FREE_WHEN_FINISHED
     }
     return summary if same else None
 
@@ -84,7 +90,16 @@ def prepare(cfg: DictConfig, run_dir: str | Path) -> RunState:
     run = RunDir(run_dir)
     ckpt_path = run.last_checkpoint
     if not ckpt_path.exists():
-        return RunState()
+        held = run.results()
+        if held and not cfg.train.discard_old_results:
+            raise validate.ConfigError(
+                f"{run.path} holds the results of a trained model ({', '.join(p.name for p in held)}) but no "
+                f"checkpoint ({ckpt_path.relative_to(run.path)} is gone), so it cannot be resumed, and training "
+                "again here would put a new model beside the old model's results. Start a new run in another "
+                "folder (hydra.run.dir=<another folder>), or set train.discard_old_results=true to train here "
+                f"again with the old results moved to {run.discarded_dir}/<time>/ (nothing is deleted)"
+            )
+        return RunState(discard=bool(held))
     if not cfg.train.resume:
         raise validate.ConfigError(
             f"{run.path} already holds a run ({ckpt_path.relative_to(run.path)}) and train.resume=false; "

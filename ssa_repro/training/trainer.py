@@ -214,8 +214,12 @@ def train(
         return prepared.finished
     state = prepared.checkpoint
     main = distributed.rank() == 0
+    if main and prepared.discard:  # train.discard_old_results=true on a folder without a checkpoint
+        log.warning("old results in %s moved to %s", run_dir, RunDir(run_dir).discard_results())
     s = build(cfg, run_dir)
     handler = _start_files(cfg, run_dir, state, s.device, s.dd.world) if main else None
+    if main:  # the model's identity: the checkpoint's, the folder's, or new (kept in every checkpoint)
+        s.ckpt.run_id = RunDir(run_dir).adopt_identity(state.get("run_id") if state else None)
     step = s.ckpt.restore(state, s.window) if state else 0
     metrics = MetricsLog(RunDir(run_dir).metrics_file)
     if main:

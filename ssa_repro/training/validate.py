@@ -18,6 +18,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ssa_repro.core import distributions as D
 from ssa_repro.core.enums import value_of
+from ssa_repro.core.rundir import device_problems
+from ssa_repro.data.paths import CorpusError
 from ssa_repro.models import MODELS
 from ssa_repro.models.positions import POSITIONS, pos_name
 from ssa_repro.scorers import SCORERS
@@ -219,10 +221,12 @@ def problems(cfg: DictConfig) -> list[str]:
             f"model.max_positions={m.max_positions}; raise model.max_positions or lower curriculum.end"
         )
 
-    out += task.check(cfg)
+    try:
+        out += task.check(cfg)
+    except CorpusError as e:  # a corpus file that cannot be read as text (its share of invalid UTF-8)
+        out.append(str(e))
 
-    if value_of(cfg.device) == "cuda" and not torch.cuda.is_available():
-        out.append("device=cuda but no CUDA device is available; use device=auto or device=cpu")
+    out += device_problems(cfg.device)
     return out
 
 
