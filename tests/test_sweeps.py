@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -177,7 +178,8 @@ def test_basic_multirun_failure_rerun_and_compare(tmp_path, capsys):
     assert "failed: " in (sweep / "compare" / "summary.md").read_text()
     capsys.readouterr()
 
-    ckpt.unlink()
+    ckpt.unlink()  # the cause removed: that job starts over (its old evaluation with it, as a run
+    shutil.rmtree(bad / "eval")  # folder with results but no checkpoint is refused: tests/test_faults.py)
     proc = _train(*cmd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (proc.stdout + proc.stderr).count("skipped (finished)") == 1
