@@ -2,20 +2,21 @@
 inside the package, and each script in ``scripts/`` that has one is a thin wrapper around the same
 callable (so ``python scripts/X.py`` and the installed command run the same code).
 
-Read from pyproject.toml with tomllib rather than from ``importlib.metadata``: the installed metadata is
-the one from the last ``pip install -e .``, the file is what the next install will use.
+Read from pyproject.toml with tomllib rather than from the installed metadata (that is the one from the
+last ``pip install -e .``; the file is what the next install will use), and resolved with
+``importlib.metadata.EntryPoint.load``, the way the installed command resolves it.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
+from importlib.metadata import EntryPoint
 
 import pytest
-import tomllib
 
 from tests.conftest import ROOT
 
+tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 # the thin wrapper in scripts/ for each command
 WRAPPERS = {
@@ -35,9 +36,9 @@ def test_every_user_script_has_a_command():
 
 @pytest.mark.parametrize("command", sorted(WRAPPERS))
 def test_entry_point_resolves_to_a_callable_in_the_package(command):
-    module, _, attr = SCRIPTS[command].partition(":")
-    assert module.startswith("ssa_repro.") and attr, SCRIPTS[command]
-    assert callable(getattr(importlib.import_module(module), attr))
+    entry = EntryPoint(command, SCRIPTS[command], "console_scripts")
+    assert entry.module.startswith("ssa_repro.") and entry.attr == "main", entry
+    assert callable(entry.load())
 
 
 @pytest.mark.parametrize("command", sorted(WRAPPERS))
