@@ -1,24 +1,8 @@
-"""The paper's table 2 from LM results: ``python scripts/lm_table.py RUN_OR_SWEEP_DIR ... [--out DIR]``.
+"""The paper's table 2 from LM results (``ssa-lm-table``); see ssa_repro/cli/lm_table.py."""
 
-Reads the stored ``eval=lm`` results of every task=lm run under each folder (``python evaluate.py
-run_dir=... eval=lm`` stores them) and writes ``lm_table.csv`` and ``lm_table.md`` into ``--out``
-(default: the first folder given): perplexities, then each task's accuracy ± standard error, one
-column per run (labelled by scorer) and number of shots. See ``ssa_repro/reports/lm_table.py``.
-"""
-
-import argparse
 import sys
 
-from ssa_repro.reports.lm_table import main as table_main
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("paths", nargs="+", help="run folders or sweep folders (searched recursively)")
-    p.add_argument("--out", default=None, help="output folder (default: the first path)")
-    a = p.parse_args(argv)
-    return table_main(a.paths, a.out)
-
+from ssa_repro.cli.lm_table import main
 
 if __name__ == "__main__":
     sys.exit(main())

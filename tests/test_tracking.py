@@ -597,10 +597,7 @@ def test_the_tracking_module_stays_in_layer_0():
 
 
 def _dashboard_module():
-    spec = importlib.util.spec_from_file_location("wandb_dashboard", ROOT / "scripts" / "wandb_dashboard.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("ssa_repro.cli.wandb_dashboard")  # scripts/wandb_dashboard.py's main
 
 
 def test_dashboard_layout_is_built_offline():

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from ssa_repro.cli import zorro_table as zorro_table_cli  # scripts/zorro_table.py and ssa-zorro-table
 from ssa_repro.data import childes
 from ssa_repro.evaluation import zorro
 from ssa_repro.evaluation.store import Store
@@ -173,17 +174,10 @@ def test_table3_layout_aggregates_seeds(tmp_path):
 
 
 def test_zorro_table_script(tmp_path, capsys):
-    import importlib.util
-
-    from tests.conftest import ROOT
-
-    spec = importlib.util.spec_from_file_location("zorro_table_script", ROOT / "scripts" / "zorro_table.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     _results(tmp_path, "softmax", 0, [70, 50, 60])
-    assert script.main([str(tmp_path), "--out", str(tmp_path / "t")]) == 0
+    assert zorro_table_cli.main([str(tmp_path), "--out", str(tmp_path / "t")]) == 0
     assert (tmp_path / "t" / "zorro_table.png").exists() and "binding-principle_a" in capsys.readouterr().out
-    assert script.main([str(tmp_path / "none")]) == 2
+    assert zorro_table_cli.main([str(tmp_path / "none")]) == 2
 
 
 def test_mlm_run_dirs_finds_mlm_runs_only(tmp_path):

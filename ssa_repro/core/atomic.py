@@ -23,6 +23,12 @@ serialise them (across processes, :mod:`ssa_repro.core.runlock` keeps one writer
 
 Readers (:func:`read_json`, :func:`read_yaml`) raise :class:`ConfigFileError` naming the file, the line
 and what to do when it is empty, truncated or not parsable; a missing file stays ``FileNotFoundError``.
+
+Why no library: ``atomicwrites`` is archived (2022) and ``tempfile``'s random names drop the writer's pid
+that :func:`clean_leftovers` needs to tell a dead writer's file from a live one; ``filelock`` locks a
+separate ``.lock`` file of its own, whereas :func:`append_line` locks the descriptor it appends through
+(no extra file beside each log). What remains is the standard library (``os.replace``, ``fsync``,
+``flock``) plus the error wording, which no library gives.
 """
 
 from __future__ import annotations

@@ -35,6 +35,12 @@ range locks, which work across clients only when the lock service runs and the m
 one machine. Lustre needs the ``flock`` mount option. Where the file system refuses ``flock``
 altogether (``ENOLCK``, ``EOPNOTSUPP``, ...), the lock logs a warning and the work goes on unlocked
 (``RunLock.supported`` is False) rather than refusing to train.
+
+Why not ``filelock`` (4.3.1 checked): its ``FileLock``/``UnixFileLock`` takes only ``LOCK_EX`` on a
+descriptor it opens itself, and its ``ReadWriteLock`` is SQLite-based and refuses a downgrade (write ->
+read) outright. A shared lock, and a downgrade without a gap, need ``flock(LOCK_SH)`` on the same open
+file description as the exclusive lock (two descriptions in one process refuse each other), so filelock
+cannot hold even the exclusive half; what is kept here is that plus the holder records.
 """
 
 from __future__ import annotations

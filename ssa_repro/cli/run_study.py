@@ -1,0 +1,52 @@
+"""Run a study and write its report: ``python scripts/study.py icl_cpu`` (or ``quick``, CI's minute-long run).
+
+    python scripts/study.py icl_cpu                 # train and evaluate every job (resumes), then the report
+    python scripts/study.py icl_cpu --report-only   # the report from what is stored
+    python scripts/study.py quick                   # the same pipeline on tiny settings
+    python scripts/study.py icl_cpu --jobs 14 --set device=cpu   # a many-core machine, CPU only
+
+The matrix is ``conf/study/<name>.yaml``; runs go to ``outputs/study/<name>/`` (``--root``); the report to
+``docs/results/<name>.md`` with its figures beside it (``--out``; the quick study's report stays in its
+folder). See ssa_repro/cli/study.py and ssa_repro/reports/study.py.
+"""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from ssa_repro.cli import study
+from ssa_repro.reports import study as report
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("name", help="conf/study/<name>.yaml")
+    p.add_argument("--root", default=None, help="where the runs go (default: outputs/study/<name>)")
+    p.add_argument(
+        "--out", default=None, help="where the report goes (default: docs/results; quick: the root)"
+    )
+    p.add_argument(
+        "--jobs", type=int, default=2, help="jobs at a time (processes; threads split between them)"
+    )
+    p.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every job (e.g. device=cpu)"
+    )
+    p.add_argument("--report-only", action="store_true", help="only write the report from stored results")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
+    cfg = study.load(a.name)
+    root = Path(a.root or Path("outputs") / "study" / cfg.name)
+    if not a.report_only:
+        study.run(a.name, root, a.jobs, tuple(a.set))
+    out = Path(a.out) if a.out else (root if cfg.name == "quick" else Path("docs") / "results")
+    command = "python scripts/study.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    path = report.write(root, out, cfg.name, command, OmegaConf.to_container(cfg))
+    print(f"report: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
