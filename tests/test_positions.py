@@ -227,6 +227,26 @@ def test_learned_positions_refuse_a_grid_past_max_positions():
     assert not any("model.max_positions" in q for q in problems(make_cfg(too_long, "model.pos=alibi")))
 
 
+@pytest.mark.parametrize(
+    "name, key", [("attention", "length"), ("deviant", "length"), ("boundary", "n_points")]
+)
+def test_the_other_evaluations_limit_the_length_only_for_learned_positions(name, key):
+    # 2·P examples of the linear task are 4·P tokens: refused against learned's table only
+    for pos, refused in (("learned", True), ("none", False), ("rope", False), ("alibi", False)):
+        cfg = make_cfg(f"model.pos={pos}")
+        n = 2 * cfg.model.max_positions
+        ev = OmegaConf.merge(OmegaConf.structured(runner.EVALUATORS.schemas[name]), {key: n})
+        found = [q for q in runner.check(cfg, ev) if "model.max_positions" in q]
+        assert found == (
+            [
+                f"eval.{key}={n} needs {4 * cfg.model.max_positions} tokens, more than "
+                f"model.max_positions={cfg.model.max_positions}"
+            ]
+            if refused
+            else []
+        ), (name, pos)
+
+
 @pytest.mark.parametrize("pos", ["learned", "none", "rope", "alibi"])
 def test_evaluation_batches_are_sized_by_the_model_width_whatever_the_scheme(pos):
     # the MLP's hidden layer of a chunk, chunk·T·4·C elements, stays within the bound, and the chunk is
