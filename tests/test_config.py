@@ -278,7 +278,13 @@ def test_bad_value_on_command_line_leaves_run_folder_untouched(tmp_path):
 def test_the_end_of_run_grid_must_fit_the_model():
     # the linear quick grid is at 20 examples (40 tokens): a shorter model says which key to change
     found = problems(make_cfg("model.max_positions=12", "curriculum.end=5", "evaluation.lengths=null"))
-    assert found == ["evaluation.lengths [20] need up to 40 tokens, more than model.max_positions=12"]
+    assert found == [
+        "evaluation.lengths [20] need up to 40 tokens, more than model.max_positions=12 (the table of "
+        "model.pos=learned); raise model.max_positions or use a scheme without a table "
+        "(model.pos=alibi|none|rope|sinusoidal|t5)"
+    ]
+    # a scheme without a table takes the grid at any length
+    assert problems(make_cfg("model.max_positions=12", "curriculum.end=5", "model.pos=rope")) == []
     assert problems(make_cfg("model.max_positions=12", "curriculum.end=5", "evaluation.lengths=[5]")) == []
     assert problems(make_cfg("model.max_positions=12", "curriculum.end=5", "evaluation=off")) == []
 

@@ -14,6 +14,11 @@ from omegaconf import OmegaConf
 from transformers.models.t5.modeling_t5 import T5Attention
 
 from ssa_repro.config import ModelConfig
+from ssa_repro.evaluation import runner
+from ssa_repro.evaluation.grid import GridConfig
+from ssa_repro.evaluation.inference import MAX_ACTIVATION_ELEMENTS, chunk_size
+from ssa_repro.evaluation.loading import load_run
+from ssa_repro.evaluation.store import stored
 from ssa_repro.models import build_model
 from ssa_repro.models.positions import POSITIONS
 from ssa_repro.models.positions.alibi import alibi_bias, alibi_slopes
@@ -24,6 +29,7 @@ from ssa_repro.models.positions.t5 import MAX_DISTANCE, NUM_BUCKETS, relative_bu
 from ssa_repro.scorers import SCORERS, build_scorer, flex
 from ssa_repro.scorers.base import Scorer
 from ssa_repro.tasks import TASKS
+from ssa_repro.training.trainer import train
 from ssa_repro.training.validate import problems
 from tests.conftest import make_cfg
 
@@ -184,6 +190,72 @@ def test_schemes_without_a_table_evaluate_at_4x_max_positions(pos):
     with torch.no_grad(), flex.inference_path("plain"):
         y = m(torch.randn(2, t, 1))
     assert y.shape == (2, t) and torch.isfinite(y).all()
+
+
+@pytest.mark.parametrize("pos", ["none", "rope", "alibi"])
+def test_a_run_without_a_position_table_evaluates_a_grid_at_4x_max_positions(tmp_path, pos):
+    # the whole path: a trained tiny run folder, evaluate's runner (check, compute, store); the linear
+    # task interleaves (x, y), 2 tokens an example, so 2·P examples are 4·P tokens
+    cfg = make_cfg(f"model.pos={pos}", "evaluation.enabled=false")
+    train(cfg, tmp_path)
+    run = load_run(tmp_path, torch.device("cpu"))
+    n = 2 * cfg.model.max_positions
+    assert run.task.n_tokens(n) == 4 * cfg.model.max_positions
+    ev = OmegaConf.merge(
+        OmegaConf.structured(GridConfig), dict(sigmas=[1.0], lengths=[n], n_samples=1, batch_size=2)
+    )
+    assert runner.check(run.cfg, ev) == []
+    summary = runner.evaluate(run, ev)
+    assert summary["cells_computed"] == 1
+    (store,) = stored(tmp_path, "grid")
+    rows = store.read()
+    assert set(rows["length"]) == {n} and np.isfinite(rows["value"]).all()
+
+
+def test_learned_positions_refuse_a_grid_past_max_positions():
+    cfg = make_cfg("model.pos=learned")
+    p = cfg.model.max_positions
+    ev = OmegaConf.merge(OmegaConf.structured(GridConfig), dict(sigmas=[1.0], lengths=[p // 2, 2 * p]))
+    assert runner.check(cfg, ev) == [
+        f"eval.lengths [{2 * p}] need up to {4 * p} tokens, more than model.max_positions={p} (the table of "
+        "model.pos=learned); raise model.max_positions or use a scheme without a table "
+        "(model.pos=alibi|none|rope|sinusoidal|t5)"
+    ]
+    # training is limited the same way: by the table only
+    too_long = f"curriculum.end={p}"
+    assert any("model.max_positions" in q for q in problems(make_cfg(too_long, "curriculum.start=3")))
+    assert not any("model.max_positions" in q for q in problems(make_cfg(too_long, "model.pos=alibi")))
+
+
+@pytest.mark.parametrize(
+    "name, key", [("attention", "length"), ("deviant", "length"), ("boundary", "n_points")]
+)
+def test_the_other_evaluations_limit_the_length_only_for_learned_positions(name, key):
+    # 2·P examples of the linear task are 4·P tokens: refused against learned's table only
+    for pos, refused in (("learned", True), ("none", False), ("rope", False), ("alibi", False)):
+        cfg = make_cfg(f"model.pos={pos}")
+        n = 2 * cfg.model.max_positions
+        ev = OmegaConf.merge(OmegaConf.structured(runner.EVALUATORS.schemas[name]), {key: n})
+        found = [q for q in runner.check(cfg, ev) if "model.max_positions" in q]
+        assert found == (
+            [
+                f"eval.{key}={n} needs {4 * cfg.model.max_positions} tokens, more than "
+                f"model.max_positions={cfg.model.max_positions}"
+            ]
+            if refused
+            else []
+        ), (name, pos)
+
+
+@pytest.mark.parametrize("pos", ["learned", "none", "rope", "alibi"])
+def test_evaluation_batches_are_sized_by_the_model_width_whatever_the_scheme(pos):
+    # the MLP's hidden layer of a chunk, chunk·T·4·C elements, stays within the bound, and the chunk is
+    # the largest that does (the attention bound is looser here: 2²⁷ / (2·128²) = 4096 prompts)
+    m = build_model(model_cfg(pos, n_embd=512, max_positions=128), scorer_cfg("softmax"))
+    t = 128
+    chunk = chunk_size(m, t)
+    assert chunk * t * 4 * 512 <= MAX_ACTIVATION_ELEMENTS < (chunk + 1) * t * 4 * 512
+    assert chunk == 512  # 2²⁷ / (128·4·512)
 
 
 # every registered scorer × every scheme: one training step through the model (the plain path) on the

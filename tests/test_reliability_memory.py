@@ -50,6 +50,15 @@ def test_estimate_parts_and_growth():
     assert lm["tokens"] == 128 and lm["logits_bytes"] == 3 * 16 * 128 * 8192 * 4
 
 
+def test_tokens_pass_max_positions_only_without_a_position_table():
+    # curriculum.end = 100 examples of the linear task are 200 tokens, past model.max_positions = 64:
+    # a learned table caps the sequence (validation refuses the run), a scheme without one trains on all
+    long = ("curriculum.end=100", "model.max_positions=64")
+    assert memory.estimate(make_cfg(*long, "model.pos=learned"))["tokens"] == 64
+    for pos in ("none", "rope", "alibi"):
+        assert memory.estimate(make_cfg(*long, f"model.pos={pos}"))["tokens"] == 200
+
+
 def test_available_host_and_cuda(monkeypatch):
     have = memory.available("cpu")
     assert have is None or have > 0

@@ -100,6 +100,23 @@ def test_subspace_variants_need_two_dimensions_and_names_are_checked():
     assert "does not apply to task=linear" in " ".join(ev.problems())
 
 
+def test_lengths_past_half_max_positions_are_refused_for_learned_positions_only():
+    for pos, refused in (("learned", True), ("none", False), ("rope", False), ("alibi", False)):
+        cfg = make_cfg("task=polynomial", "model.max_positions=32", f"model.pos={pos}")
+        ev = S.Shift(OmegaConf.merge(OmegaConf.structured(S.ShiftConfig), {"lengths": [4, 64]}),
+                     cfg, build_task(cfg.task))  # fmt: skip
+        ev.resolve()
+        found = [p for p in ev.problems() if "eval.lengths" in p]
+        expected = ["eval.lengths=[4, 64] must be values in [2, 16] (model.max_positions/2)"]
+        assert found == (expected if refused else []), pos
+    cfg = make_cfg("task=polynomial", "model.pos=alibi")
+    ev = S.Shift(
+        OmegaConf.merge(OmegaConf.structured(S.ShiftConfig), {"lengths": [1, 64]}), cfg, build_task(cfg.task)
+    )
+    ev.resolve()
+    assert "eval.lengths=[1, 64] must be values >= 2" in ev.problems()
+
+
 @pytest.fixture(scope="module")
 def linear_d_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("linear_d")

@@ -53,6 +53,21 @@ def test_the_quick_study_inherits_and_replaces_lists():
     assert "train.steps=40" in quick.base and "train.steps=3000" not in quick.base  # replaced, not appended
 
 
+def test_the_length_study_has_the_seeds_its_paired_tests_need():
+    # every group compares each other scorer with softmax seed by seed: the exact sign-flip test must be
+    # able to call a claim's contrasts after Holm over them (smallest p 2^(1−n), enumerated here), and
+    # stats.power_paired must not be 0; the quick variant inherits the matrix's axes and shrinks it
+    full, quick = study.load("length_cpu"), study.load("length_quick")
+    for name, g in full.groups.items():
+        n = len(set(g.get("seeds", full.seeds)))
+        contrasts = len([s for s in g.scorers if s != "softmax"])
+        assert "softmax" in g.scorers and contrasts >= 1, name
+        assert _sign_flip_enumerated(np.ones(n)) * contrasts < 0.05, (name, n, contrasts)
+        assert stats.power_paired(3.0, n) > 0, name
+    assert quick.tasks == full.tasks and quick.archs == full.archs
+    assert 0 < len(study.jobs(quick)) < len(study.jobs(full))
+
+
 def _stored_cells(run_dir: Path, evaluation: str) -> pd.DataFrame:
     """Every stored results part of one run, read straight from the files (not through the Store)."""
     parts = glob.glob(str(run_dir / "eval" / evaluation / "*" / "parts" / "results-*.csv"))

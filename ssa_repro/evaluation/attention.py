@@ -34,6 +34,7 @@ from ssa_repro.evaluation.deviant import attention_chunk, draw_map, insert, toke
 from ssa_repro.evaluation.intervals import summarize
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
+from ssa_repro.models.positions import position_limit
 from ssa_repro.tasks.base import Batch, Prompts
 
 log = logging.getLogger("ssa_repro.evaluate")
@@ -279,16 +280,16 @@ class Attention(Evaluator):
             return ["eval=attention needs a model with attention, not model=ff_only"]
         cfg, out = self.cfg, []
         per = self.task.stride()
-        limit = self.run_cfg.model.max_positions
+        limit = position_limit(self.run_cfg.model)  # None: the scheme has no table, any length
         n = cfg.length
         if n < 1:
             out.append(f"eval.length={n} must be >= 1")
-        elif per * n > limit:
+        elif limit is not None and per * n > limit:
             out.append(f"eval.length={n} needs {per * n} tokens, more than model.max_positions={limit}")
         if cfg.prompt is not None:
             if not len(cfg.prompt):
                 out.append("eval.prompt must be null or a non-empty list of numbers")
-            elif per * len(cfg.prompt) > limit:
+            elif limit is not None and per * len(cfg.prompt) > limit:
                 out.append(
                     f"eval.prompt has {len(cfg.prompt)} numbers = {per * len(cfg.prompt)} tokens, more than "
                     f"model.max_positions={limit}"

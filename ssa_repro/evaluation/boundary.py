@@ -107,6 +107,7 @@ from ssa_repro.core.atomic import atomic_path
 from ssa_repro.evaluation.inference import predict
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
+from ssa_repro.models.positions import position_limit
 from ssa_repro.tasks.base import Batch, Prompts
 from ssa_repro.tasks.baselines import least_squares
 
@@ -456,10 +457,10 @@ class Boundary(Evaluator):
         n = cfg.n_points
         if n < 3:
             out.append(f"eval.n_points={n} must be >= 3 (least squares needs 2 examples before the query)")
-        if self.task.n_tokens(n) > self.run_cfg.model.max_positions:
+        limit = position_limit(self.run_cfg.model)  # None: the scheme has no table, any length
+        if limit is not None and self.task.n_tokens(n) > limit:
             out.append(
-                f"eval.n_points={n} needs {self.task.n_tokens(n)} tokens, more than "
-                f"model.max_positions={self.run_cfg.model.max_positions}"
+                f"eval.n_points={n} needs {self.task.n_tokens(n)} tokens, more than model.max_positions={limit}"
             )
         if cfg.query_x is None:
             if not cfg.x_max > 0:

@@ -65,6 +65,7 @@ from ssa_repro.evaluation.inference import MAX_ATTENTION_ELEMENTS
 from ssa_repro.evaluation.intervals import summarize
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
+from ssa_repro.models.positions import position_limit
 from ssa_repro.tasks.base import Batch
 
 log = logging.getLogger("ssa_repro.evaluate")
@@ -502,14 +503,11 @@ class Deviant(Evaluator):
     def check(self) -> list[str]:
         cfg, out = self.cfg, []
         n = cfg.length
-        per = self.task.stride()
+        per, limit = self.task.stride(), position_limit(self.run_cfg.model)  # None: no table, any length
         if n < 1:
             out.append(f"eval.length={n} must be >= 1")
-        elif per * n > self.run_cfg.model.max_positions:
-            out.append(
-                f"eval.length={n} needs {per * n} tokens, more than "
-                f"model.max_positions={self.run_cfg.model.max_positions}"
-            )
+        elif limit is not None and per * n > limit:
+            out.append(f"eval.length={n} needs {per * n} tokens, more than model.max_positions={limit}")
         if not 0 <= cfg.skip_first < max(n, 1):
             out.append(f"eval.skip_first={cfg.skip_first} must be in [0, {n}) (eval.length={n})")
         top = n - max(cfg.skip_first, 1)

@@ -43,6 +43,7 @@ from ssa_repro.evaluation.inference import predict, predict_batches
 from ssa_repro.evaluation.intervals import summarize
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
+from ssa_repro.models.positions import position_limit, without_table
 from ssa_repro.tasks.base import Prompts
 from ssa_repro.tasks.baselines import BASELINES
 from ssa_repro.tasks.baselines import problems as baseline_problems
@@ -159,12 +160,14 @@ class GridEvaluation(Evaluator):
         if not c.lengths or min(c.lengths) < 1:
             out.append(f"eval.lengths={_list(c.lengths)} must be a non-empty list of values >= 1")
         else:
-            limit = self.run_cfg.model.max_positions
-            too_long = [n for n in c.lengths if self.task.n_tokens(n) > limit]
+            # only a scheme with a table (model.pos=learned) limits the prompt; the others take any length
+            limit = position_limit(self.run_cfg.model)
+            too_long = [n for n in c.lengths if limit is not None and self.task.n_tokens(n) > limit]
             if too_long:
                 out.append(
                     f"eval.lengths {too_long} need up to {self.task.n_tokens(max(too_long))} tokens, more than "
-                    f"model.max_positions={limit}"
+                    f"model.max_positions={limit} (the table of model.pos=learned); raise "
+                    f"model.max_positions or use a scheme without a table (model.pos={'|'.join(without_table())})"
                 )
         for key in ("n_samples", "batch_size"):
             if c[key] < 1:

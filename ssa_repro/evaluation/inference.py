@@ -13,15 +13,21 @@ MAX_ATTENTION_ELEMENTS = 2**27
 MAX_ACTIVATION_ELEMENTS = 2**27
 
 
+def chunk_size(model, t: int) -> int:
+    """Prompts of t tokens per forward pass: the most that keep the attention tensor (B·H·T·T) and the
+    MLP's hidden layer (B·T·4·C, C = the model's declared width ``n_embd``, whatever its position
+    scheme) within the bounds above; at least 1."""
+    heads = max((b.attn.n_head for b in model.blocks if b.attn is not None), default=1)
+    width = getattr(model, "n_embd", 256)  # stub models in tests declare no width
+    return max(1, min(MAX_ATTENTION_ELEMENTS // (heads * t * t), MAX_ACTIVATION_ELEMENTS // (4 * width * t)))
+
+
 @torch.inference_mode()
 def predict(model, batch) -> torch.Tensor:
     """Predictions [B, P] at the batch's prediction positions, in chunks as large as the memory bounds
     above allow (big batches keep the matmuls efficient; the bounds keep memory in check)."""
     bsz, t = batch.tokens.shape[:2]
-    heads = max((b.attn.n_head for b in model.blocks if b.attn is not None), default=1)
-    wpe = getattr(model, "wpe", None)
-    width = wpe.weight.shape[1] if wpe is not None else 256  # stub models in tests have no wpe
-    chunk = max(1, min(MAX_ATTENTION_ELEMENTS // (heads * t * t), MAX_ACTIVATION_ELEMENTS // (4 * width * t)))
+    chunk = chunk_size(model, t)
     outs = [model(batch.tokens[i : i + chunk])[:, batch.pred_idx] for i in range(0, bsz, chunk)]
     return torch.cat(outs).float()
 

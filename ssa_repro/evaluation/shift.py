@@ -39,6 +39,7 @@ from ssa_repro.evaluation.inference import predict
 from ssa_repro.evaluation.intervals import summarize
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
+from ssa_repro.models.positions import position_limit
 from ssa_repro.tasks.base import Prompts
 from ssa_repro.tasks.baselines import BASELINES
 from ssa_repro.tasks.baselines import problems as baseline_problems
@@ -151,11 +152,11 @@ class Shift(Evaluator):
         flat = [v for v in c.variants if v in SUBSPACE]
         if d < 2 and flat:
             out.append(f"eval.variants {flat} need task.n_dims >= 2 (task.n_dims={d})")
-        top = self.run_cfg.model.max_positions // 2
-        if not c.lengths or min(c.lengths) < 2 or max(c.lengths) > top:
-            out.append(
-                f"eval.lengths={list(c.lengths or [])} must be values in [2, {top}] (model.max_positions/2)"
-            )
+        limit = position_limit(self.run_cfg.model)  # None: the scheme has no table, any length
+        top = limit // 2 if limit is not None else None  # 2 tokens an example
+        if not c.lengths or min(c.lengths) < 2 or (top is not None and max(c.lengths) > top):
+            allowed = f"in [2, {top}] (model.max_positions/2)" if top is not None else ">= 2"
+            out.append(f"eval.lengths={list(c.lengths or [])} must be values {allowed}")
         elif not 0 <= c.skip_first < min(c.lengths):
             out.append(f"eval.skip_first={c.skip_first} must be in [0, {min(c.lengths)})")
         for key in ("x_scale", "y_scale"):

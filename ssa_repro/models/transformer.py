@@ -104,6 +104,7 @@ class Transformer(nn.Module):
         cfg = model_config(cfg)
         blocks = MODELS.get(cfg.name)
         self.max_positions = cfg.max_positions
+        self.n_embd = cfg.n_embd  # the residual width (evaluation sizes its batches by it)
         self.vocab_size = cfg.vocab_size
         if self.vocab_size:
             self.wte = nn.Embedding(self.vocab_size, cfg.n_embd)  # also the LM head (tied)

@@ -39,6 +39,7 @@ from torch.overrides import TorchFunctionMode
 
 from ssa_repro.core.enums import value_of
 from ssa_repro.models import MODELS, build_model, count_parameters
+from ssa_repro.models.positions import position_limit
 from ssa_repro.scorers import SCORERS
 from ssa_repro.tasks import build_task
 
@@ -66,9 +67,9 @@ def parameter_count(model_cfg, scorer_cfg) -> int:
 # ------------------------------------------------------------------ the estimate
 def _tokens(cfg, task) -> int:
     """The longest training sequence: the task's tokens at the curriculum's end (ICL), task.context
-    (lm), task.max_length (mlm); never more than the model's positions."""
-
-    return min(int(task.n_tokens(int(cfg.curriculum.end))), int(cfg.model.max_positions))
+    (lm), task.max_length (mlm); never more than the model's positions where the scheme has a table."""
+    need, limit = int(task.n_tokens(int(cfg.curriculum.end))), position_limit(cfg.model)
+    return need if limit is None else min(need, limit)
 
 
 def _attention_tensors(cfg) -> int:

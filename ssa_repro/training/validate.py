@@ -21,7 +21,7 @@ from ssa_repro.core.enums import value_of
 from ssa_repro.core.rundir import device_problems
 from ssa_repro.data.paths import CorpusError
 from ssa_repro.models import MODELS
-from ssa_repro.models.positions import POSITIONS, pos_name
+from ssa_repro.models.positions import POSITIONS, pos_name, position_limit
 from ssa_repro.scorers import SCORERS
 from ssa_repro.scorers.base import Scorer
 from ssa_repro.tasks import TASKS, build_task
@@ -214,11 +214,12 @@ def problems(cfg: DictConfig) -> list[str]:
 
     if c.enabled and c.start > c.end:
         out.append(f"curriculum.start={c.start} must be <= curriculum.end={c.end}")
-    need = task.n_tokens(c.end)
-    if need > m.max_positions:
+    need, limit = task.n_tokens(c.end), position_limit(m)  # limit None: the scheme has no table
+    if limit is not None and need > limit:
         out.append(
             f"curriculum.end={c.end} examples need {need} tokens for task {t.name}, more than "
-            f"model.max_positions={m.max_positions}; raise model.max_positions or lower curriculum.end"
+            f"model.max_positions={limit} (the table of model.pos=learned); raise model.max_positions or "
+            "lower curriculum.end"
         )
 
     try:

@@ -30,6 +30,17 @@ def pos_name(cfg) -> str:
     return value_of(cfg.pos)
 
 
+def position_limit(cfg) -> int | None:
+    """The longest prompt (tokens) the model config's scheme takes: ``model.max_positions`` where the
+    scheme declares a table (``Positions.table``: learned), None (any length) otherwise."""
+    return int(cfg.max_positions) if POSITIONS.get(pos_name(cfg)).table else None
+
+
+def without_table() -> list[str]:
+    """The schemes that take prompts of any length (no ``Positions.table``), sorted by name."""
+    return [n for n in POSITIONS.names() if not POSITIONS.get(n).table]
+
+
 def build_positions(cfg) -> Positions:
     return POSITIONS.get(pos_name(cfg))(cfg)
 
@@ -42,4 +53,6 @@ __all__ = [
     "Positions",
     "build_positions",
     "pos_name",
+    "position_limit",
+    "without_table",
 ]
