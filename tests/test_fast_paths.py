@@ -30,7 +30,27 @@ WITH_SCORE_MOD = [
     ("ssmax", {}),
     ("softplus", {"scale": 1.3, "power": 2.0}),
     ("hybrid", {"heads": ["softmax", "average"]}),
+    ("gated", {}),
+    ("logn", {}),
 ]
+# The compiled CPU kernel returned wrong rows on this project's CI machine (flex.CPU_UNTRUSTED): the
+# value checks of the kernel on CPU are expected to fail there, and run for real on CUDA (test_cuda.py)
+CPU_KERNEL = pytest.mark.xfail(
+    condition=not torch.cuda.is_available(),
+    reason="torch 2.13's compiled FlexAttention CPU kernel gives wrong rows on some CPUs (flex.CPU_UNTRUSTED)",
+    strict=False,
+)
+
+
+@pytest.fixture
+def cpu_kernel(monkeypatch):
+    """The fused path's choice and compile logic on CPU, whose kernel `auto` does not use
+    (flex.CPU_UNTRUSTED): switched on for tests of the mechanics, not of the values."""
+    from ssa_repro.scorers import flex
+
+    monkeypatch.setattr(flex, "CPU_UNTRUSTED", False)
+
+
 SSA_VARIANTS = [
     {},
     {"per_head": False},
@@ -45,7 +65,7 @@ def scorer(name, n_head=4, **kw):
     cfg = OmegaConf.structured(SCORERS.schemas[name])
     for k, v in kw.items():
         cfg[k] = v
-    s = build_scorer(cfg, n_head)
+    s = build_scorer(cfg, n_head, n_embd=8 * n_head)  # head width 8, as the tensors below
     torch.manual_seed(1)
     with torch.no_grad():  # move off the initial values, so per-head parameters differ
         for p in list(s.parameters()) + [b for b in s.buffers() if b.is_floating_point()]:
@@ -54,11 +74,13 @@ def scorer(name, n_head=4, **kw):
 
 
 def run(attend, s, q, k, v, mask, causal, go):
-    for t in (q, k, v, *s.parameters()):
+    # parameters acting on the attention output (gated's gate) take no part in attend
+    params = [p for n, p in s.named_parameters() if n not in s.output_params]
+    for t in (q, k, v, *params):
         t.grad = None
     y, _ = attend(q, k, v, mask, is_causal=causal)
     y.backward(go)
-    return [y.detach()] + [t.grad.clone() for t in (q, k, v, *s.parameters())]
+    return [y.detach()] + [t.grad.clone() for t in (q, k, v, *params)]
 
 
 def assert_close(fast, plain):
@@ -244,6 +266,7 @@ def test_every_scorer_with_a_score_mod_is_covered():
     assert with_mod <= covered, f"add {sorted(with_mod - covered)} to WITH_SCORE_MOD"
 
 
+@CPU_KERNEL
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("name,kw", WITH_SCORE_MOD)
 def test_fused_inference_equals_plain_path(name, kw, causal):
@@ -299,8 +322,9 @@ def fused_calls(monkeypatch):
     return calls
 
 
+@CPU_KERNEL
 @pytest.mark.parametrize("name", ["ssa", "ssa_nanogpt", "temperature"])
-def test_fused_model_predictions_equal_eager(name, fused_calls):
+def test_fused_model_predictions_equal_eager(name, fused_calls, cpu_kernel):
     """Whole-model predictions on quantifier prompts at three lengths (both causal shape families):
     equal to model.attn_impl=eager to 1e-5, and the same signs, hence the same sign errors."""
     from ssa_repro.tasks import build_task
@@ -319,7 +343,8 @@ def test_fused_model_predictions_equal_eager(name, fused_calls):
     assert fused_calls and all(fused_calls)  # every attention call of `auto` ran fused
 
 
-def test_fused_encoder_equals_eager(fused_calls):
+@CPU_KERNEL
+def test_fused_encoder_equals_eager(fused_calls, cpu_kernel):
     """model.causal=false (no mask: one graph for every length)."""
     _, auto, eager = _auto_and_eager("scorer=ssa", "model.causal=false", "model.max_positions=256")
     g = torch.Generator().manual_seed(0)
@@ -342,7 +367,16 @@ def test_fused_causal_prefix_is_exact():
             torch.testing.assert_close(auto(tokens[:, :t]), full[:, :t], rtol=1e-5, atol=1e-5)
 
 
-def test_fused_path_is_chosen_for_inference_only(fused_calls):
+def test_cpu_auto_takes_the_plain_path(fused_calls):
+    """Under attn_impl=auto on CPU no call runs the compiled kernel (flex.CPU_UNTRUSTED)."""
+    _, auto, eager = _auto_and_eager("scorer=ssa")
+    tokens = torch.randn(2, 9, 1)
+    with torch.inference_mode():
+        torch.testing.assert_close(auto(tokens), eager(tokens), rtol=1e-6, atol=1e-6)
+    assert fused_calls == [False]
+
+
+def test_fused_path_is_chosen_for_inference_only(fused_calls, cpu_kernel):
     """Fused: gradients off under attn_impl=auto. Plain: grad enabled (training), need_weights (maps),
     attn_impl=eager, and softmax (SDPA, flex.PLAIN_FIRST)."""
     _, auto, eager = _auto_and_eager("scorer=ssa")
@@ -363,7 +397,7 @@ def test_fused_path_is_chosen_for_inference_only(fused_calls):
     assert fused_calls == [False]
 
 
-def test_fused_inference_compiles_once_per_shape_family(caplog):
+def test_fused_inference_compiles_once_per_shape_family(caplog, cpu_kernel):
     """20 lengths x several batch sizes, and a new scorer instance with other captured values, cost two
     graphs (T <= block, T > block), each logged with its compile time; a batch of one takes the plain
     path (a size-1 dimension would be a graph of its own). A score_mod of its own (a test
@@ -399,7 +433,7 @@ def test_fused_inference_compiles_once_per_shape_family(caplog):
     assert len(compiled) == 2 and all("HeadScale" in m and " took " in m for m in compiled)
 
 
-def test_fused_inference_falls_back_with_one_warning(monkeypatch, caplog):
+def test_fused_inference_falls_back_with_one_warning(monkeypatch, caplog, cpu_kernel):
     """A failing compile (here simulated) gives the plain path's numbers and one warning, never an error."""
     from ssa_repro.scorers import flex
 
