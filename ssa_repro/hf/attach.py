@@ -104,6 +104,14 @@ def attach(model: PreTrainedModel, scorer: str = "ssa", **scorer_keys) -> PreTra
             "interface (GPT-2, Llama, BERT, RoBERTa, … in transformers >= 5) can"
         )
     problems: list[str] = []
+    if (
+        cls.output_params
+    ):  # e.g. gated attention's gate: it reads the layer input, which the interface does not pass
+        problems.append(
+            f"scorer={scorer} acts on the attention output with the layer's input ({', '.join(cls.output_params)}), "
+            "which transformers' attention interface does not pass to an attention function; it is not "
+            "available in Hugging Face models"
+        )
     if not model._can_set_attn_implementation():  # transformers' own test before switching
         problems.append(f"{type(model).__name__} does not allow setting its attention implementation")
     for name, m in modules:
