@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-PROVENANCE = "provenance.json"
+from ssa_repro.core.rundir import PROVENANCE
 
 
 def git_state(cwd: Path | None = None) -> tuple[str, bool | None]:

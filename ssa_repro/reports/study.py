@@ -174,7 +174,7 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
     run_dirs = (
         index.run_dir.unique()
         if index is not None
-        else sorted(str(p.parent) for p in root.glob("runs/*/*/provenance.json"))
+        else sorted(str(p.parent) for p in root.glob(f"runs/*/*/{provenance.PROVENANCE}"))
     )
     starts = provenance.run_commits(run_dirs)
     missing = paired.missing_jobs(index, setup, icl.evaluations_for(setup))
