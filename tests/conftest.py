@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 import ssa_repro.config  # noqa: F401  (stores the schemas)
@@ -38,3 +39,22 @@ def _no_wandb_network(monkeypatch):
     # Tests never talk to a W&B server, whatever the environment says.
     monkeypatch.setenv("WANDB_MODE", os.environ.get("SSA_TEST_WANDB_MODE", "disabled"))
     monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+# The compiled FlexAttention CPU kernel returned wrong rows on this project's CI machine
+# (flex.CPU_UNTRUSTED), and its C++ compile fails there at times (CppCompileError): the value checks
+# of the kernel on CPU are expected to fail there, and run for real on CUDA (test_cuda.py)
+CPU_KERNEL = pytest.mark.xfail(
+    condition=not torch.cuda.is_available(),
+    reason="torch 2.13's compiled FlexAttention CPU kernel gives wrong rows on some CPUs (flex.CPU_UNTRUSTED)",
+    strict=False,
+)
+
+
+@pytest.fixture
+def cpu_kernel(monkeypatch):
+    """The fused path's choice and compile logic on CPU, whose kernel `auto` does not use
+    (flex.CPU_UNTRUSTED): switched on for tests of the mechanics, not of the values."""
+    from ssa_repro.scorers import flex
+
+    monkeypatch.setattr(flex, "CPU_UNTRUSTED", False)

@@ -16,7 +16,7 @@ from ssa_repro.scorers import SCORERS, build_scorer
 from ssa_repro.scorers.base import Scorer
 from ssa_repro.scorers.ssa import SSAWeights
 from ssa_repro.training import validate
-from tests.conftest import make_cfg
+from tests.conftest import CPU_KERNEL, make_cfg
 
 FAST = [n for n in SCORERS.names() if SCORERS.get(n).attend is not Scorer.attend]
 # Every scorer whose weights are a softmax of a score_mod, with the configurations worth telling apart
@@ -33,22 +33,6 @@ WITH_SCORE_MOD = [
     ("gated", {}),
     ("logn", {}),
 ]
-# The compiled CPU kernel returned wrong rows on this project's CI machine (flex.CPU_UNTRUSTED): the
-# value checks of the kernel on CPU are expected to fail there, and run for real on CUDA (test_cuda.py)
-CPU_KERNEL = pytest.mark.xfail(
-    condition=not torch.cuda.is_available(),
-    reason="torch 2.13's compiled FlexAttention CPU kernel gives wrong rows on some CPUs (flex.CPU_UNTRUSTED)",
-    strict=False,
-)
-
-
-@pytest.fixture
-def cpu_kernel(monkeypatch):
-    """The fused path's choice and compile logic on CPU, whose kernel `auto` does not use
-    (flex.CPU_UNTRUSTED): switched on for tests of the mechanics, not of the values."""
-    from ssa_repro.scorers import flex
-
-    monkeypatch.setattr(flex, "CPU_UNTRUSTED", False)
 
 
 SSA_VARIANTS = [

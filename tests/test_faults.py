@@ -82,10 +82,9 @@ def test_a_second_writer_is_refused_at_once_and_the_first_finishes(tmp_path):
         deadline = time.time() + 120
         while not (run / "metrics.jsonl").exists() and time.time() < deadline and first.poll() is None:
             time.sleep(0.05)
-        t0 = time.time()
         second = _train(*args, timeout=120)  # the same command again: it would resume and train too
-        assert time.time() - t0 < 30  # refused at once, not after training
         assert second.returncode != 0
+        assert "| loss" not in second.stdout + second.stderr  # refused before any training step
         assert f"pid {first.pid}" in second.stderr and "train.py" in second.stderr, second.stderr
         assert first.wait(timeout=300) == 0
     finally:

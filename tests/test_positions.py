@@ -31,7 +31,7 @@ from ssa_repro.scorers.base import Scorer
 from ssa_repro.tasks import TASKS
 from ssa_repro.training.trainer import train
 from ssa_repro.training.validate import problems
-from tests.conftest import make_cfg
+from tests.conftest import CPU_KERNEL, make_cfg
 
 SCHEMES = ["learned", "none", "sinusoidal", "rope", "alibi", "t5"]
 
@@ -319,6 +319,7 @@ def test_biased_score_mod_equals_plain_path_for_every_fusible_scorer(pos):
 
 
 @pytest.mark.slow
+@CPU_KERNEL
 def test_compiled_fused_inference_with_alibi_equals_plain():
     cfg = make_cfg("model.pos=alibi", "scorer=ssa")
     m = build_model(cfg.model, cfg.scorer).eval()

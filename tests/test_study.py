@@ -298,3 +298,27 @@ def test_a_study_with_an_invalid_job_config_stops_before_anything_is_written(tmp
     assert msg.startswith("Error: study quick: invalid job configs:\n  - ")
     assert "device=cuda but no CUDA device is available; use device=auto or device=cpu" in msg
     assert not root.exists()
+
+
+def test_a_failing_job_does_not_stop_the_others_and_the_study_says_which(tmp_path, monkeypatch):
+    todo = study.jobs(study.load("quick"))
+    bad = todo[1]
+    ran = []
+
+    def fake(job, s, root, index, n_jobs):
+        ran.append(job.name)
+        if job == bad:
+            raise ValueError("checkpoint damaged")
+        return [{"job": job.name, "evaluation": "grid"}]
+
+    monkeypatch.setattr(study, "run_one", fake)
+    root = tmp_path / "study"
+    with pytest.raises(SystemExit) as e:
+        study.run("quick", root, n_jobs=1)
+    msg = str(e.value.code)
+    assert ran == [j.name for j in todo]  # every job ran, the ones after the failure too
+    assert f"1 of {len(todo)} jobs failed" in msg
+    assert f"{bad.group}/{bad.name}: ValueError: checkpoint damaged" in msg
+    assert (root / "failures.txt").read_text() == f"{bad.group}/{bad.name}: ValueError: checkpoint damaged\n"
+    index = pd.read_csv(root / "index.csv")
+    assert sorted(index.job) == sorted(j.name for j in todo if j != bad)

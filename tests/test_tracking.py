@@ -458,7 +458,7 @@ def test_online_with_unreachable_server_fails_within_seconds(no_credentials, mon
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     t0 = time.perf_counter()
     problems = tracking.check(logger_cfg("online"), timeout=3)
-    assert time.perf_counter() - t0 < 4
+    assert time.perf_counter() - t0 < 25  # gave up, not hung (a hang-detector, loose for loaded machines)
     assert len(problems) == 1 and "not reachable" in problems[0] and "logger.mode=offline" in problems[0]
 
 
@@ -555,7 +555,7 @@ def test_a_hanging_name_lookup_is_abandoned_after_the_timeout(monkeypatch):
     monkeypatch.setattr(tracking.socket, "create_connection", hang)
     t0 = time.perf_counter()
     why = tracking.reachability_problem("https://api.example.invalid", timeout=0.5)
-    assert time.perf_counter() - t0 < 2 and "no answer within 0.5 s" in why
+    assert time.perf_counter() - t0 < 20 and "no answer within 0.5 s" in why  # not the lookup's 30 s
 
 
 # ---------------------------------------------------------------------------------------------------

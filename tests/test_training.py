@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import torch
 from ssa_repro.cli.train_app import run_job
 from ssa_repro.core import checkpoint
 from ssa_repro.core.checkpoint import CheckpointError
-from ssa_repro.core.rundir import config_mismatches
+from ssa_repro.core.rundir import config_mismatches, plain
 from ssa_repro.evaluation.store import stored
 from ssa_repro.models import build_model
 from ssa_repro.training.checkpointer import TrainingDiverged
@@ -239,6 +240,20 @@ def test_a_retired_key_in_an_old_checkpoint_does_not_block_resuming():
     assert config_mismatches(saved, {"task": {"name": "mlm", "mask_prob": 0.15}}) == []
     assert config_mismatches(saved, {"task": {"name": "mlm", "mask_prob": 0.2}}) == [
         "task.mask_prob: checkpoint has 0.15, config has 0.2"
+    ]
+
+
+def test_a_checkpoint_written_before_a_model_key_existed_resumes():
+    """Checkpoints from before model.emb_ln/final_ln/pos/rope_base held none of them: they resume under
+    the defaults every earlier model had, compared as plain() spells them (True, not 'True')."""
+    current = plain(make_cfg())
+    saved = copy.deepcopy(current)
+    for key in ("emb_ln", "final_ln", "pos", "rope_base"):
+        del saved["model"][key]
+    assert config_mismatches(saved, current) == []
+    assert config_mismatches(saved, plain(make_cfg("model.final_ln=false", "model.rope_base=500"))) == [
+        "model.final_ln: checkpoint has True, config has False",
+        "model.rope_base: checkpoint has 10000.0, config has 500.0",
     ]
 
 

@@ -124,6 +124,16 @@ def run_one(job: Job, study: DictConfig, root: Path, index: int, n_jobs: int) ->
         return _train_and_evaluate(job, study, cfg, run_dir)
 
 
+def run_one_or_fail(job: Job, study: DictConfig, root: Path, index: int, n_jobs: int) -> tuple[list[dict], str]:
+    """``run_one``, with a job's failure returned as one line instead of raised, so that one bad job
+    (a damaged checkpoint, a diverged run) does not stop the others; an interrupt still stops all."""
+    try:
+        return run_one(job, study, root, index, n_jobs), ""
+    except Exception as e:  # noqa: BLE001  (reported with the job's name, and the study exits non-zero)
+        log.error("study job %s/%s failed: %s: %s", job.group, job.name, type(e).__name__, e)
+        return [], f"{job.group}/{job.name}: {type(e).__name__}: {e}"
+
+
 def _train_and_evaluate(job: Job, study: DictConfig, cfg: DictConfig, run_dir: Path) -> list[dict]:
     t0 = time.perf_counter()
     summary = run_job(cfg, run_dir)
@@ -168,7 +178,9 @@ def problems(study: DictConfig, todo: list[Job]) -> list[str]:
 
 def run(name: str, root: Path | None = None, n_jobs: int = 2, extra: tuple[str, ...] = ()) -> Path:
     """Run (or resume) every job of study ``name``; returns the study folder (with ``index.csv``). Every
-    job's config is checked first: a problem stops the study before anything is written."""
+    job's config is checked first: a problem stops the study before anything is written. A job that
+    fails does not stop the others: the study runs them all, writes the index of those that finished
+    and ``failures.txt``, and exits non-zero naming each failed job (rerun to retry them)."""
     study = load(name)
     root = Path(root or Path("outputs") / "study" / study.name)
     todo = jobs(study, tuple(extra))
@@ -179,11 +191,19 @@ def run(name: str, root: Path | None = None, n_jobs: int = 2, extra: tuple[str, 
     log.info("study %s: %d jobs in %s, %d at a time", study.name, len(todo), root, n_jobs)
     t0 = time.perf_counter()
     results = Parallel(n_jobs=n_jobs, backend="loky", verbose=10)(
-        delayed(run_one)(job, study, root, i, n_jobs) for i, job in enumerate(todo)
+        delayed(run_one_or_fail)(job, study, root, i, n_jobs) for i, job in enumerate(todo)
     )
-    index = pd.DataFrame([r for rows in results for r in rows])
+    index = pd.DataFrame([r for rows, _ in results for r in rows])
     write_text(root / "index.csv", index.to_csv(index=False))
     wall = root / "wall_seconds.txt"  # one line per invocation (a resumed study adds one)
     previous = wall.read_text() if wall.exists() else ""
     write_text(wall, previous + f"{time.perf_counter() - t0:.0f}\n")
+    failed = [why for _, why in results if why]
+    write_text(root / "failures.txt", "".join(f"{why}\n" for why in failed))  # empty: none this time
+    if failed:
+        raise SystemExit(
+            f"Error: study {study.name}: {len(failed)} of {len(todo)} jobs failed (the others finished; "
+            f"rerun the same command to retry them; listed in {root / 'failures.txt'}):\n  - "
+            + "\n  - ".join(failed)
+        )
     return root

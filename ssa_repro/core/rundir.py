@@ -29,6 +29,7 @@ import json
 import os
 import uuid
 from dataclasses import dataclass, fields, is_dataclass
+from enum import Enum
 from pathlib import Path
 from typing import get_type_hints
 
@@ -280,9 +281,10 @@ def _flatten(d, prefix: str = "") -> dict:
     return out
 
 
-# model keys added to the schema after checkpoints were written, with the value every earlier model had
+# model keys added to the schema after checkpoints were written, with the value every earlier model had,
+# spelled as plain() spells it (an enum by its name, everything else as itself: True, not 'True')
 ADDED_MODEL_DEFAULTS = {
-    f"model.{f.name}": value_of(f.default)
+    f"model.{f.name}": f.default.name if isinstance(f.default, Enum) else f.default
     for f in fields(ModelConfig)
     if f.name in ("emb_ln", "final_ln", "pos", "rope_base")
 }
