@@ -20,7 +20,7 @@ demo: $(STAMP)  ## train the default small model on CPU (a few minutes) and writ
 	$(PY) train.py device=cpu
 
 test: $(STAMP)  ## the full test suite (what CI runs)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30  # the 30 slowest tests are listed: keep the suite inside its budget
 
 test-fast: $(STAMP)  ## the suite without the slow end-to-end checks
 	$(PY) -m pytest -q -m "not slow"

@@ -124,7 +124,9 @@ def run_one(job: Job, study: DictConfig, root: Path, index: int, n_jobs: int) ->
         return _train_and_evaluate(job, study, cfg, run_dir)
 
 
-def run_one_or_fail(job: Job, study: DictConfig, root: Path, index: int, n_jobs: int) -> tuple[list[dict], str]:
+def run_one_or_fail(
+    job: Job, study: DictConfig, root: Path, index: int, n_jobs: int
+) -> tuple[list[dict], str]:
     """``run_one``, with a job's failure returned as one line instead of raised, so that one bad job
     (a damaged checkpoint, a diverged run) does not stop the others; an interrupt still stops all."""
     try:
