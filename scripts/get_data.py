@@ -1,6 +1,8 @@
-"""Download what the corpus tasks read into data.root, checked against ssa_repro/data/manifest.yaml.
+"""Download (or build from public inputs) what the corpus tasks read into data.root, checked against
+ssa_repro/data/manifest.yaml.
 
     python scripts/get_data.py [--root DIR] [--only childes zorro lm lm_eval tokenizers] [--base-url URL]
+                               [--cache-dir DIR]
 
 See ssa_repro/data/download.py and README "Data".
 """

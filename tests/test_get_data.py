@@ -175,7 +175,9 @@ def test_base_url_mirror_serves_every_file_and_only_selects_groups(server, tmp_p
 def test_the_script_runs(server, tmp_path, monkeypatch, capsys):
     """scripts/get_data.py's entry with the repository's manifest, every file from a local mirror that
     has none of them: each is reported missing (HTTP 404), nothing is left under the data root."""
-    rc = D.main(["--root", str(tmp_path), "--only", "tokenizers", "--base-url", server.url, "--no-progress"])
+    root = tmp_path / "data"
+    argv = ["--root", str(root), "--only", "tokenizers", "--base-url", server.url, "--no-progress"]
+    rc = D.main([*argv, "--cache-dir", str(tmp_path / "cache")])
     out = capsys.readouterr().out
     assert rc == 1 and "tokenizers/gpt2/vocab.bpe" in out and "HTTP 404" in out
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
@@ -200,3 +202,112 @@ def test_the_manifest_covers_what_the_tasks_read():
     assert wanted <= paths, wanted - paths
     assert sum(p.startswith("zorro/") and p.endswith(".txt") for p in paths) == 23
     assert (ROOT / "scripts/get_data.py").exists()
+
+
+# ------------------------------------------------------------------------------------ derived files
+# A derived file is built from its public inputs (fetched into the cache like any download) by its
+# function in ssa_repro/data/derive.py, and takes its name only when its sha256 is the manifest's.
+
+PIQA_SRC = b'{"choices": ["a", "b"], "gold": 1, "query": "Question: dresser\\n"}\n'
+PIQA_OUT = b'{"goal": "dresser", "sol1": "a", "sol2": "b", "label": 1, "idx": 0}\n'
+
+
+@pytest.fixture
+def inputs_server():
+    s = Server({"/piqa.jsonl": PIQA_SRC, "/cut/piqa.jsonl": PIQA_SRC}, cut={"/cut/piqa.jsonl"})
+    yield s
+    s.close()
+
+
+def derived_manifest(url, out=PIQA_OUT, src=PIQA_SRC) -> Manifest:
+    return Manifest(
+        None,
+        {"g": {"licence": "MIT (test)"}},
+        [Entry("x/piqa.jsonl", "g", sha(out), len(out), None, derive="piqa", inputs=("up/piqa.jsonl",))],
+        {"up/piqa.jsonl": D.Source(url, sha(src), len(src))},
+    )
+
+
+def test_a_derived_file_is_built_from_its_fetched_inputs(inputs_server, tmp_path):
+    m = derived_manifest(inputs_server.url + "/piqa.jsonl")
+    rc, out = run(tmp_path / "data", m, cache=tmp_path / "cache")
+    assert rc == 0, out
+    assert (tmp_path / "data/x/piqa.jsonl").read_bytes() == PIQA_OUT
+    assert (tmp_path / "cache/up/piqa.jsonl").read_bytes() == PIQA_SRC  # the input, kept in the cache
+    assert "fetched input up/piqa.jsonl" in out and "derived x/piqa.jsonl (piqa" in out
+    (tmp_path / "data/x/piqa.jsonl").write_bytes(b"damaged\n")
+    n = len(inputs_server.log)
+    rc, out = run(tmp_path / "data", m, cache=tmp_path / "cache")
+    assert rc == 0 and "differs x/piqa.jsonl (size or sha256): building it again" in out
+    assert len(inputs_server.log) == n  # the cached input, checked, is used again
+    assert (tmp_path / "data/x/piqa.jsonl").read_bytes() == PIQA_OUT
+
+
+def test_an_interrupted_input_resumes(inputs_server, tmp_path):
+    m = derived_manifest(inputs_server.url + "/cut/piqa.jsonl")
+    rc, out = run(tmp_path / "data", m, cache=tmp_path / "cache")
+    assert rc == 1 and "run again to resume" in out and not (tmp_path / "data/x").exists()
+    rc, out = run(tmp_path / "data", m, cache=tmp_path / "cache")
+    assert rc == 0, out
+    assert inputs_server.log[-1] == ("/cut/piqa.jsonl", f"bytes={len(PIQA_SRC) // 2}-")
+    assert (tmp_path / "data/x/piqa.jsonl").read_bytes() == PIQA_OUT
+
+
+def test_a_derived_result_with_another_sha256_is_not_left_where_tasks_read(inputs_server, tmp_path):
+    m = derived_manifest(inputs_server.url + "/piqa.jsonl", out=PIQA_OUT.replace(b"dresser", b"table"))
+    rc, out = run(tmp_path / "data", m, cache=tmp_path / "cache")
+    assert rc == 1
+    assert f"piqa built {len(PIQA_OUT)} bytes with sha256 {sha(PIQA_OUT)}" in out
+    assert not [p for p in (tmp_path / "data").rglob("*") if p.is_file()]  # nothing, not even a temporary
+    assert (tmp_path / "cache/mismatch/x/piqa.jsonl").read_bytes() == PIQA_OUT  # kept aside to compare
+
+
+def test_unreachable_inputs_name_the_file_the_inputs_and_where_to_put_them(tmp_path):
+    s = Server({})
+    url = s.url
+    s.close()  # connection refused
+    m = derived_manifest(url + "/piqa.jsonl")
+    cache = tmp_path / "cache"
+    rc, out = run(tmp_path / "data", m, cache=cache)
+    assert rc == 1 and "no network connection" in out
+    assert f"x/piqa.jsonl  {len(PIQA_OUT)} bytes" in out and "derived by piqa" in out
+    assert f"place them by hand under {cache}" in out
+    assert f"{cache / 'up/piqa.jsonl'}  {len(PIQA_SRC)} bytes  sha256 {sha(PIQA_SRC)}" in out
+    assert f"cannot reach {url}/piqa.jsonl" in out
+    assert not (tmp_path / "data/x/piqa.jsonl").exists()
+    (cache / "up").mkdir(parents=True)
+    (cache / "up/piqa.jsonl").write_bytes(PIQA_SRC)  # placed by hand: no network needed now
+    rc, out = run(tmp_path / "data", m, cache=cache)
+    assert rc == 0, out
+    assert (tmp_path / "data/x/piqa.jsonl").read_bytes() == PIQA_OUT
+
+
+def test_a_derived_file_without_inputs_and_the_cache_option(tmp_path, monkeypatch):
+    names = D.load_manifest().files
+    entry = next(e for e in names if e.path == "zorro/names.tsv")
+    monkeypatch.setenv("SSA_DATA_CACHE", str(tmp_path / "env-cache"))
+    assert D.default_cache() == tmp_path / "env-cache"
+    rc, out = run(tmp_path, Manifest(None, {"zorro": {"licence": "MIT"}}, [entry]))
+    assert rc == 0, out
+    assert sha((tmp_path / "zorro/names.tsv").read_bytes()) == entry.sha256
+
+
+def test_a_mirror_serves_derived_files_without_deriving(server, tmp_path):
+    m = Manifest(
+        None,
+        {"g": {"licence": "MIT"}},
+        [Entry("a/b.txt", "g", sha(GOOD), len(GOOD), None, derive="piqa", inputs=("nowhere",))],
+        {"nowhere": D.Source(server.url + "/missing", sha(b""), 1)},
+    )
+    rc, out = run(tmp_path, m, base_url=server.url + "/mirror")
+    assert rc == 0, out
+    assert (tmp_path / "a/b.txt").read_bytes() == GOOD and "/missing" not in str(server.log)
+
+
+def test_a_manifest_naming_an_unlisted_input_is_refused(tmp_path):
+    (tmp_path / "m.yaml").write_text(
+        "base_url: null\ngroups: {g: {licence: x}}\ninputs: {}\n"
+        "files:\n- {path: a, group: g, sha256: s, bytes: 1, url: null, derive: piqa, inputs: [up/x]}\n"
+    )
+    with pytest.raises(ValueError, match="a names inputs not listed under inputs: up/x"):
+        D.load_manifest(tmp_path / "m.yaml")
