@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -58,3 +59,16 @@ def cpu_kernel(monkeypatch):
     from ssa_repro.scorers import flex
 
     monkeypatch.setattr(flex, "CPU_UNTRUSTED", False)
+
+
+class NoProgress:
+    """An evaluator's progress bar that shows nothing (tests calling ``Evaluator.compute`` directly)."""
+
+    def update(self, n=1):
+        pass
+
+
+def evaluation_run(model, task, cfg):
+    """What an evaluator's ``compute`` reads of a loaded run (model, task, config, device, labels), for
+    a model built in a test without a run folder."""
+    return SimpleNamespace(model=model, task=task, cfg=cfg, device=torch.device("cpu"), labels={})

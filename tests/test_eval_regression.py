@@ -23,7 +23,7 @@ from ssa_repro.evaluation.deviant import deviant_rows
 from ssa_repro.evaluation.grid import GridConfig, GridEvaluation
 from ssa_repro.models import build_model
 from ssa_repro.tasks import build_task
-from tests.conftest import ROOT, make_cfg
+from tests.conftest import ROOT, NoProgress, evaluation_run, make_cfg
 
 FIXTURE = pd.read_csv(ROOT / "tests" / "data" / "regression_05dc147.csv")
 CPU = torch.device("cpu")
@@ -46,21 +46,12 @@ def model_for(case: str):
     return cfg, model.eval(), build_task(cfg.task)
 
 
-class Run:
-    def __init__(self, model, task, cfg):
-        self.model, self.task, self.cfg, self.device = model, task, cfg, CPU
-        self.labels = {}
-
-
-class NoProgress:
-    def update(self, n=1):
-        pass
-
-
 def grid(cfg, model, task, **kw) -> pd.DataFrame:
     ev = GridEvaluation(OmegaConf.merge(OmegaConf.structured(GridConfig), kw), cfg, task)
     ev.resolve()
-    return pd.concat([t["results"] for t in ev.compute(Run(model, task, cfg), ev.cells(), NoProgress())])
+    return pd.concat(
+        [t["results"] for t in ev.compute(evaluation_run(model, task, cfg), ev.cells(), NoProgress())]
+    )
 
 
 def compare(new: pd.DataFrame, old: pd.DataFrame, keys: list[str], rtol: float = 1e-5) -> None:

@@ -25,20 +25,9 @@ from ssa_repro.models import build_model
 from ssa_repro.tasks import baselines as BL
 from ssa_repro.tasks import build_task
 from ssa_repro.training.trainer import train
-from tests.conftest import make_cfg
+from tests.conftest import NoProgress, evaluation_run, make_cfg
 
 CPU = torch.device("cpu")
-
-
-class Run:
-    def __init__(self, model, task, cfg):
-        self.model, self.task, self.cfg, self.device = model, task, cfg, CPU
-        self.labels = {}
-
-
-class NoProgress:
-    def update(self, n=1):
-        pass
 
 
 def model_for(*overrides, seed=0, scale=30.0):
@@ -56,7 +45,7 @@ def run_grid(cfg, model, task, **kw):
     ev = GridEvaluation(OmegaConf.merge(OmegaConf.structured(GridConfig), kw), cfg, task)
     ev.resolve()
     assert ev.problems() == []
-    tables = list(ev.compute(Run(model, task, cfg), ev.cells(), NoProgress()))
+    tables = list(ev.compute(evaluation_run(model, task, cfg), ev.cells(), NoProgress()))
     return ev, pd.concat([t["results"] for t in tables], ignore_index=True)
 
 
