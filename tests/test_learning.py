@@ -12,16 +12,17 @@ from tests.conftest import make_cfg
 @pytest.mark.parametrize("scorer", ["softmax", "ssa"])
 def test_linear_is_learned_in_context(tmp_path, scorer):
     cfg = make_cfg(
-        "model.n_layer=3",
+        "model.n_layer=2",
         "model.n_head=4",
         "model.n_embd=32",
-        "train.steps=2000",
-        "train.lr=5e-4",
+        "train.steps=800",  # measured 2026-11-25, seeds 0 and 1: model/zero 0.031-0.039 (softmax),
+        "train.lr=1e-3",  # 0.039-0.053 (SSA), about 30 s a run; the untrained model is near 1
+        "train.compile=false",
         "train.batch_size=64",
         "curriculum=off",
         "curriculum.end=11",
         "train.log_interval=200",
-        "train.ckpt_interval=2000",
+        "train.ckpt_interval=800",
         f"scorer={scorer}",
         "evaluation.n_samples=4",
         "evaluation.batch_size=64",
