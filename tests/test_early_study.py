@@ -206,7 +206,7 @@ def test_early_quick_end_to_end_and_the_report_reads_back(data, tmp_path):
     root = study.run("early_quick", tmp_path / "root", n_jobs=1, extra=extra(data))
     index = pd.read_csv(root / "index.csv")
     assert index.job.nunique() == len(study.jobs(study.load("early_quick")))
-    z = index[index.eval == "zorro"]
+    z = index[index["eval"] == "zorro"]
     assert set(z[z.group == "mlm"].steps) == {"5", "10"} and set(z[z.group == "curves"].steps) == {"5 10 20"}
     assert set(z[z.group == "curves"].evaluation) == {"zorro_curve"}  # groups: restricts an evaluation
     for run_dir in z[z.group == "mlm"].run_dir:  # cells at both checkpoints; holistic at the last

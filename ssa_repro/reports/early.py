@@ -542,6 +542,14 @@ def _scorer_order(values) -> list[str]:
     return sorted(set(values), key=lambda x: (x != "softmax", x))
 
 
+def _step_axis(ax, steps) -> None:
+    """A log step axis labelled at the checkpoints themselves (no minor ticks)."""
+    steps = sorted({int(x) for x in steps})
+    ax.set_xscale("log")
+    ax.minorticks_off()
+    ax.set_xticks(steps, [f"{x:g}" for x in steps], fontsize=6)
+
+
 def zorro_curves_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
     """Zorro learning curves per scorer: one panel per paper probe and the two means, accuracy (PLL)
     against the checkpoint step, the seed mean as a line and the seeds' range as a band; chance dashed."""
@@ -564,14 +572,16 @@ def zorro_curves_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
         ax.axhline(CHANCE, color="grey", ls="--", lw=0.7)
         ax.set_title(MEAN_TEXT.get(item, short.get(item, item)), fontsize=7.5)
         ax.tick_params(labelsize=6)
-        ax.set_xscale("log")
+        _step_axis(ax, z.step)
     for ax in list(axes.flat)[len(items) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=6)
     fig.supxlabel("training step (log)", fontsize=8)
     fig.supylabel("Zorro accuracy, PLL (%)", fontsize=8)
     fig.suptitle("Zorro learning curves: seed mean (line) and range (band); chance 50% dashed", fontsize=9)
-    fig.tight_layout()
+    fig.subplots_adjust(
+        left=0.07, right=0.98, bottom=0.07, top=0.92, hspace=0.45, wspace=0.3
+    )  # (tight_layout: seconds)
     save(fig, figdir / "zorro_curves.png", formats=("png",), dpi=90)
     return figdir / "zorro_curves.png"
 
@@ -601,12 +611,13 @@ def table3_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
             ci = seed_interval(v)
             labelled = sc in ax.get_legend_handles_labels()[1]
             ax.plot([ci["mean"]], [y], "|", ms=8, color=f"C{j}", mew=2, label=None if labelled else sc)
-            if np.isfinite(ci["ci_low"]):
-                ax.hlines(y, ci["ci_low"], ci["ci_high"], color=f"C{j}", lw=1.2)
+            if np.isfinite(ci["ci_low"]):  # (an accuracy: the interval clipped to [0, 100])
+                ax.hlines(y, max(ci["ci_low"], 0.0), min(ci["ci_high"], 100.0), color=f"C{j}", lw=1.2)
             name = short.get(item)
             if name in PAPER_TABLE3 and sc in paper_index:
                 ax.plot([PAPER_TABLE3[name][paper_index[sc]]], [y], "x", color=f"C{j}", ms=4)
     ax.axvline(CHANCE, color="grey", ls="--", lw=0.7)
+    ax.set_xlim(0, 100)
     labels = [short.get(i, MEAN_TEXT.get(i, i)) for i in items]
     ax.set_yticks(range(len(items)), labels, fontsize=7)
     ax.set_ylim(len(items) - 0.5, -0.5)
@@ -641,7 +652,7 @@ def perplexity_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
             ax.fill_between(t.index, t["min"], t["max"], color=f"C{j}", alpha=0.15, lw=0)
         if logy:
             ax.set_yscale("log")
-        ax.set_xscale("log")
+        _step_axis(ax, s.step)
         ax.set_title(title, fontsize=8)
         ax.tick_params(labelsize=6)
         ax.set_xlabel("training step (log)", fontsize=7)
@@ -678,7 +689,7 @@ def regime_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
                 label=f"{group}/{arch}, {'12' if item == MEAN_12 else '23'}",
             )
     ax.axhline(CHANCE, color="grey", ls="--", lw=0.7)
-    ax.set_xscale("log")
+    _step_axis(ax, z.step)
     ax.set_xlabel("training step (log)", fontsize=8)
     ax.set_ylabel("mean Zorro accuracy, PLL (%)", fontsize=8)
     ax.legend(fontsize=6)
@@ -690,22 +701,39 @@ def regime_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
 
 # ------------------------------------------------------------------ the report
 def evaluations_for(setup: Mapping | None):
-    """study task key → the evaluation keys that apply to it (by the registered task its overrides
-    name and what that task supports)."""
+    """(group, study task key) → the evaluation keys that apply to it: by the registered task its
+    overrides name and what that task supports, and an evaluation's ``groups`` when it has them."""
     setup = setup or {}
 
     def registered(task: str) -> str:
         ov = [o.split("=", 1)[1] for o in setup.get("tasks", {}).get(task, []) if o.startswith("task=")]
         return ov[0] if ov else task
 
-    def which(task: str) -> list[str]:
+    def which(group: str, task: str) -> list[str]:
         name = registered(task)
         if name not in TASKS:
             return []
         supports = TASKS.get(name).evaluation.supports
-        return [k for k, v in setup.get("evaluations", {}).items() if v.get("name") in supports]
+        return [
+            k
+            for k, v in setup.get("evaluations", {}).items()
+            if v.get("name") in supports and (not v.get("groups") or group in v.get("groups"))
+        ]
 
     return which
+
+
+def missing_jobs(index: pd.DataFrame | None, setup: Mapping | None) -> list[str]:
+    """What the study's config asks for and the index lacks (``paired.missing_jobs``, group by group, so
+    that an evaluation limited to some ``groups`` is expected only there)."""
+    if not setup:
+        return []
+    which = evaluations_for(setup)
+    lines = []
+    for group in setup.get("groups", {}):
+        one = {**setup, "groups": {group: setup["groups"][group]}}
+        lines += paired.missing_jobs(index, one, lambda task, g=group: which(g, task))
+    return lines
 
 
 def findings_markdown(found: pd.DataFrame, found_claims, frame: pd.DataFrame) -> list[str]:
@@ -802,7 +830,7 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
     walls = [float(x) for x in wall_file.read_text().split()] if wall_file.exists() else []
     run_dirs = index.run_dir.unique() if index is not None else []
     starts = provenance.run_commits(run_dirs)
-    missing = paired.missing_jobs(index, setup, evaluations_for(setup))
+    missing = missing_jobs(index, setup)
     if index is None:
         missing.insert(0, f"`{index_path}` does not exist: no job has been evaluated and indexed yet")
     lines = [
