@@ -41,7 +41,27 @@ def problems(cfg: DictConfig) -> list[str]:
         run_cfg = run.config()
     except RunFolderError as e:
         return [str(e)]
-    return device_problems(cfg.device) + unknown_keys(cfg) + runner.check(run_cfg, cfg.eval)
+    return (
+        device_problems(cfg.device)
+        + unknown_keys(cfg)
+        + step_problems(run, cfg.step)
+        + runner.check(run_cfg, cfg.eval)
+    )
+
+
+def step_problems(run: RunDir, step: int | None) -> list[str]:
+    """``step=N`` names a checkpoint the folder keeps (numbered, or the finished run's last)."""
+    if step is None:
+        return []
+    finished = (run.summary() or {}).get("steps")
+    kept = run.kept_steps()
+    if step in kept or step == finished:
+        return []
+    return [
+        f"step={step}: {run.path} keeps checkpoints at steps {kept or 'none'}"
+        + (f" and its last at {finished}" if finished is not None else "")
+        + " (train.keep_at sets them before training); leave step out for the last checkpoint"
+    ]
 
 
 # what evaluate.py can change when its storage fails: it writes into the run folder (hydra.run.dir
@@ -102,7 +122,7 @@ def main(cfg: DictConfig) -> dict:
             distributed.exit_quietly_on_interrupt(),
             distributed.PreemptionGuard() as guard,
         ):
-            run = load_run(cfg.run_dir, resolve_device(cfg.device))
+            run = load_run(cfg.run_dir, resolve_device(cfg.device), cfg.step)
             summary = runner.evaluate(run, cfg.eval, between=guard.check)
             if summary.get("cells_computed"):  # its own W&B run, in the training run's group
                 with tracking.Tracker.for_evaluation(

@@ -4,10 +4,12 @@
     python scripts/study.py icl_cpu --report-only   # the report from what is stored
     python scripts/study.py quick                   # the same pipeline on tiny settings
     python scripts/study.py icl_cpu --jobs 14 --set device=cpu   # a many-core machine, CPU only
+    python scripts/study.py early_cpu --groups curves_mlm       # some groups only (the others' results kept)
 
 The matrix is ``conf/study/<name>.yaml``; runs go to ``outputs/study/<name>/`` (``--root``); the report to
 ``docs/results/<name>.md`` with its figures beside it (``--out``; the quick study's report stays in its
-folder). See ssa_repro/cli/study.py and ssa_repro/reports/study.py.
+folder). See ssa_repro/cli/study.py; the report is the one the study's ``report`` key names
+(:data:`REPORTS`: ``icl``, the default, ssa_repro/reports/study.py; ``early``, ssa_repro/reports/early.py).
 """
 
 import argparse
@@ -18,7 +20,21 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ssa_repro.cli import study
-from ssa_repro.reports import study as report
+from ssa_repro.reports import early
+from ssa_repro.reports import study as icl_report
+
+REPORTS = {"icl": icl_report.write, "early": early.write}  # a study's `report` key -> its writer
+QUICK = ("quick", "early_quick")  # CI's studies: their reports stay in the study folder
+
+
+def report_of(cfg) -> str:
+    """The study's report (its ``report`` key; ``icl`` without one), checked against :data:`REPORTS`."""
+    name = str(cfg.report) if "report" in cfg else "icl"
+    if name not in REPORTS:
+        raise SystemExit(
+            f"Error: study {cfg.name}: report={name!r} is not a report; allowed: {', '.join(REPORTS)}"
+        )
+    return name
 
 
 def main(argv=None) -> int:
@@ -35,15 +51,19 @@ def main(argv=None) -> int:
         "--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every job (e.g. device=cpu)"
     )
     p.add_argument("--report-only", action="store_true", help="only write the report from stored results")
+    p.add_argument(
+        "--groups", nargs="*", default=None, metavar="GROUP", help="run only these groups (default: all)"
+    )
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
     cfg = study.load(a.name)
+    write = REPORTS[report_of(cfg)]
     root = Path(a.root or Path("outputs") / "study" / cfg.name)
     if not a.report_only:
-        study.run(a.name, root, a.jobs, tuple(a.set))
-    out = Path(a.out) if a.out else (root if cfg.name == "quick" else Path("docs") / "results")
+        study.run(a.name, root, a.jobs, tuple(a.set), tuple(a.groups) if a.groups else None)
+    out = Path(a.out) if a.out else (root if cfg.name in QUICK else Path("docs") / "results")
     command = "python scripts/study.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    path = report.write(root, out, cfg.name, command, OmegaConf.to_container(cfg))
+    path = write(root, out, cfg.name, command, OmegaConf.to_container(cfg))
     print(f"report: {path}")
     return 0
 

@@ -7,7 +7,13 @@ seed); and the evaluations every job gets where its task supports them. Each job
 study's evaluations (``runner.evaluate``). A finished job is skipped and stored cells are reused, so
 running the command again resumes where it stopped; jobs run in parallel processes (one thread each).
 ``<root>/index.csv`` maps every job to its run folder and evaluation protocols; the report
-(``ssa_repro/reports/study.py``) is made from it and the stored results alone.
+(``ssa_repro/reports/study.py``, or the one the study's ``report`` key names) is made from it and the
+stored results alone.
+
+Keys of a study's evaluation that are the study's, not the evaluator's: ``tasks`` (registered task
+names it is limited to), ``groups`` (study groups it is limited to) and ``steps`` (the checkpoint steps
+it is run at, each kept by ``train.keep_at`` or the last; default: the last checkpoint only). Cells are
+stored per step, so ``steps`` gives learning curves.
 """
 
 from __future__ import annotations
@@ -91,10 +97,21 @@ def jobs(study: DictConfig, extra: tuple[str, ...] = ()) -> list[Job]:
     return out
 
 
-def evaluations(study: DictConfig, task_name: str) -> dict[str, DictConfig]:
+STUDY_KEYS = ("tasks", "groups", "steps")  # an evaluation's keys that the study reads (module docstring)
+
+
+def study_keys(name: str) -> tuple[str, ...]:
+    """The study's own keys of an evaluation: :data:`STUDY_KEYS` less the evaluator's own (``eval=lm``
+    has ``tasks``, its LM-eval tasks: there ``tasks`` is the evaluator's, and the task it applies to
+    follows from what the tasks support)."""
+    own = EVALUATORS.schemas[name].__dataclass_fields__
+    return tuple(k for k in STUDY_KEYS if k not in own)
+
+
+def evaluations(study: DictConfig, task_name: str, group: str | None = None) -> dict[str, DictConfig]:
     """The study's evaluations that apply to a task (by what its declaration supports; the keys
     ``grid_quantifier*`` and ``grid_linear*`` by its kind; an evaluation's ``tasks``, registered task
-    names, restricts it to those)."""
+    names, restricts it to those, its ``groups`` to those study groups when ``group`` is given)."""
     task = TASKS.get(task_name)
     # a task's grid: grid_<task name> where the study has one (the length tasks), else the keys
     # grid_quantifier* or grid_linear* by the task's kind
@@ -107,11 +124,20 @@ def evaluations(study: DictConfig, task_name: str) -> dict[str, DictConfig]:
             continue
         if key.startswith("grid_") and not key.startswith(kind):
             continue
-        if settings.get("tasks") is not None and task_name not in settings.tasks:
+        mine = study_keys(name)
+        if "tasks" in mine and settings.get("tasks") is not None and task_name not in settings.tasks:
             continue
-        settings = OmegaConf.masked_copy(settings, [k for k in settings if k != "tasks"])
+        if group is not None and settings.get("groups") is not None and group not in settings.groups:
+            continue
+        settings = OmegaConf.masked_copy(settings, [k for k in settings if k not in mine])
         out[key] = OmegaConf.merge(OmegaConf.structured(EVALUATORS.schemas[name]), settings)
     return out
+
+
+def eval_steps(study: DictConfig, key: str) -> list[int | None]:
+    """The checkpoint steps evaluation ``key`` runs at (``steps``); [None]: the last checkpoint."""
+    steps = study.evaluations[key].get("steps")
+    return [int(x) for x in steps] if steps else [None]
 
 
 def run_one(job: Job, study: DictConfig, root: Path, index: int, n_jobs: int) -> list[dict]:
@@ -142,9 +168,15 @@ def _train_and_evaluate(job: Job, study: DictConfig, cfg: DictConfig, run_dir: P
     trained = time.perf_counter() - t0
     run = load_run(run_dir, torch.device("cpu"))
     task_name = str(cfg.task.name)
+    runs = {None: run}  # by checkpoint step (None: the last)
     rows = []
-    for key, ecfg in evaluations(study, task_name).items():
-        result = runner.evaluate(run, ecfg)
+    for key, ecfg in evaluations(study, task_name, job.group).items():
+        t1 = time.perf_counter()
+        steps = eval_steps(study, key)
+        for step in steps:  # cells are stored per step: one protocol, a learning curve
+            if step not in runs:
+                runs[step] = load_run(run_dir, torch.device("cpu"), step)
+            result = runner.evaluate(runs[step], ecfg)
         rows.append(
             {
                 **asdict(job),
@@ -153,8 +185,10 @@ def _train_and_evaluate(job: Job, study: DictConfig, cfg: DictConfig, run_dir: P
                 "evaluation": key,
                 "eval": result["evaluation"],
                 "protocol_id": result["protocol_id"],
+                "steps": " ".join(str(s if s is not None else run.step) for s in steps),
                 "final_loss": summary.get("final_loss"),
                 "train_seconds": trained,
+                "eval_seconds": time.perf_counter() - t1,
             }
         )
     return [{k: v for k, v in r.items() if k != "overrides"} for r in rows]
@@ -171,21 +205,59 @@ def problems(study: DictConfig, todo: list[Job]) -> list[str]:
         seen.add(key)
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose("train", overrides=list(job.overrides))
-        found = train_problems(cfg) + [
-            p for ecfg in evaluations(study, str(cfg.task.name)).values() for p in runner.check(cfg, ecfg)
-        ]
+        chosen = evaluations(study, str(cfg.task.name), job.group)
+        found = (
+            train_problems(cfg)
+            + [p for ecfg in chosen.values() for p in runner.check(cfg, ecfg)]
+            + [p for key in chosen for p in step_problems(study, key, cfg)]
+        )
         out += [f"{job.group}/{job.name}: {p}" for p in found]
     return out
 
 
-def run(name: str, root: Path | None = None, n_jobs: int = 2, extra: tuple[str, ...] = ()) -> Path:
+def step_problems(study: DictConfig, key: str, cfg: DictConfig) -> list[str]:
+    """An evaluation's ``steps`` that the job keeps no checkpoint of (``train.keep_at``, a multiple of
+    ``train.keep_every``, or ``train.steps``, the last)."""
+    tr, out = cfg.train, []
+    for step in eval_steps(study, key):
+        if step is None or step == tr.steps or step in tr.keep_at:
+            continue
+        if tr.keep_every and step % tr.keep_every == 0 and step <= tr.steps:
+            continue
+        out.append(
+            f"evaluations.{key}.steps has {step}, but the job keeps no checkpoint there: add it to "
+            f"train.keep_at={list(tr.keep_at)} (train.steps={tr.steps})"
+        )
+    return out
+
+
+def select_groups(todo: list[Job], groups: tuple[str, ...] | None, study: DictConfig) -> list[Job]:
+    """The jobs of ``groups`` only (all when None); an unknown group stops, naming the known ones."""
+    if not groups:
+        return todo
+    unknown = [g for g in groups if g not in study.groups]
+    if unknown:
+        raise SystemExit(
+            f"Error: study {study.name} has no group(s) {unknown}; known: {', '.join(study.groups)}"
+        )
+    return [j for j in todo if j.group in groups]
+
+
+def run(
+    name: str,
+    root: Path | None = None,
+    n_jobs: int = 2,
+    extra: tuple[str, ...] = (),
+    groups: tuple[str, ...] | None = None,
+) -> Path:
     """Run (or resume) every job of study ``name``; returns the study folder (with ``index.csv``). Every
     job's config is checked first: a problem stops the study before anything is written. A job that
     fails does not stop the others: the study runs them all, writes the index of those that finished
-    and ``failures.txt``, and exits non-zero naming each failed job (rerun to retry them)."""
+    and ``failures.txt``, and exits non-zero naming each failed job (rerun to retry them). ``groups``:
+    only those groups' jobs (the index then holds theirs and those indexed before)."""
     study = load(name)
     root = Path(root or Path("outputs") / "study" / study.name)
-    todo = jobs(study, tuple(extra))
+    todo = select_groups(jobs(study, tuple(extra)), groups, study)
     found = problems(study, todo)
     if found:
         raise SystemExit(f"Error: study {study.name}: invalid job configs:\n  - " + "\n  - ".join(found))
@@ -196,6 +268,9 @@ def run(name: str, root: Path | None = None, n_jobs: int = 2, extra: tuple[str, 
         delayed(run_one_or_fail)(job, study, root, i, n_jobs) for i, job in enumerate(todo)
     )
     index = pd.DataFrame([r for rows, _ in results for r in rows])
+    if groups and (root / "index.csv").exists():  # keep the other groups' rows
+        old = pd.read_csv(root / "index.csv")
+        index = pd.concat([old[~old.group.isin(groups)], index], ignore_index=True)
     write_text(root / "index.csv", index.to_csv(index=False))
     wall = root / "wall_seconds.txt"  # one line per invocation (a resumed study adds one)
     previous = wall.read_text() if wall.exists() else ""

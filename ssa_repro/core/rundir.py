@@ -5,7 +5,8 @@ checkpoint, and says whether a config may continue it.
     <run>/provenance.json       one record per start: commit, libraries, device, threads, argv
     <run>/train.log             progress lines
     <run>/metrics.jsonl         one row per log interval
-    <run>/checkpoints/last.pt   the whole training state (+ step_XXXXXXX.pt every train.keep_every)
+    <run>/checkpoints/last.pt   the whole training state (+ step_XXXXXXX.pt every train.keep_every and
+                                at each step of train.keep_at)
     <run>/summary.json          written when training ends (then with the end-of-run evaluations)
     <run>/failed.txt            a multirun job's error (removed when the job succeeds)
     <run>/run_id.txt            the run's identity (a uuid), also in its checkpoints and stored cells
@@ -119,8 +120,25 @@ class RunDir:
         return self.path / CHECKPOINTS / LAST
 
     def kept_checkpoint(self, step: int) -> Path:
-        """The checkpoint kept at ``step`` (``train.keep_every``)."""
+        """The checkpoint kept at ``step`` (``train.keep_every``, ``train.keep_at``)."""
         return self.path / CHECKPOINTS / f"step_{step:07d}.pt"
+
+    def kept_steps(self) -> list[int]:
+        """The steps of the numbered checkpoints present, ascending."""
+        found = []
+        for p in (self.path / CHECKPOINTS).glob("step_*.pt"):
+            digits = p.stem.removeprefix("step_")
+            if digits.isdigit():
+                found.append(int(digits))
+        return sorted(found)
+
+    def checkpoint_at(self, step: int | None) -> Path:
+        """The checkpoint of ``step``: the kept one when present, else the last checkpoint (whose own step
+        the loader checks); ``None``: the last checkpoint."""
+        if step is None:
+            return self.last_checkpoint
+        kept = self.kept_checkpoint(int(step))
+        return kept if kept.exists() else self.last_checkpoint
 
     @property
     def summary_file(self) -> Path:
@@ -223,9 +241,19 @@ class RunDir:
         except (ValidationError, ConfigKeyError) as e:
             raise RunFolderError(f"{self.config_file}: {str(e).splitlines()[0]} (key {e.full_key})") from None
 
-    def load_checkpoint(self, map_location="cpu") -> dict:
-        """``checkpoints/last.pt`` (:func:`ssa_repro.core.checkpoint.load`)."""
-        return checkpoint.load(self.last_checkpoint, map_location=map_location)
+    def load_checkpoint(self, map_location="cpu", step: int | None = None) -> dict:
+        """``checkpoints/last.pt``, or the checkpoint of ``step`` (:meth:`checkpoint_at`), loaded with
+        :func:`ssa_repro.core.checkpoint.load`; a RunFolderError naming the steps kept when the folder
+        holds no checkpoint of ``step``."""
+        state = checkpoint.load(self.checkpoint_at(step), map_location=map_location)
+        if step is not None and int(state["step"]) != int(step):
+            kept = self.kept_steps()
+            raise RunFolderError(
+                f"{self.path} holds no checkpoint of step {step}: the last is at step {state['step']}, "
+                f"numbered ones at {kept or 'none'} (train.keep_at or train.keep_every keeps them; they "
+                "must be set before training reaches the step)"
+            )
+        return state
 
     def summary(self) -> dict | None:
         """``summary.json``, None when absent or unreadable (a damaged summary means: not finished)."""

@@ -96,6 +96,8 @@ class TrainConfig:
     log_interval: int = 100  # steps between metrics rows / progress lines
     ckpt_interval: int = 500  # steps between writes of the last checkpoint
     keep_every: int = 0  # also keep a numbered checkpoint every this many steps (0: never)
+    # also keep a numbered checkpoint at these steps (learning curves: evaluate a run at several points)
+    keep_at: list[int] = field(default_factory=list)
     resume: bool = True  # continue from the run folder's last checkpoint when it exists
     # a folder holding results but no checkpoint is refused; true: train again, old results moved aside
     discard_old_results: bool = False
@@ -169,5 +171,6 @@ class EvaluateRootConfig:
 
     run_dir: str = MISSING
     eval: Any = MISSING
+    step: int | None = None  # the checkpoint kept at this step (train.keep_at); null: the last one
     device: Device = Device.auto
     wandb: bool = True  # also log tables and figures to the run's W&B run, when it had one

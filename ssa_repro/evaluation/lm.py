@@ -98,8 +98,25 @@ def _backend(cfg) -> str:
     return b
 
 
+def chance(items: list[mc.Item]) -> dict[str, float]:
+    """What guessing scores on ``items``: ``chance`` = the mean of 1/(number of choices) (a uniform
+    guess; 0 for LAMBADA's open last word) and ``majority`` = the share of the most common gold
+    position (always picking that answer; e.g. BoolQ's "yes")."""
+    if not items:
+        return {}
+    k = [len(it.continuations) for it in items]
+    if max(k) == 1:  # an open answer (LAMBADA): no guess is right by chance
+        return {"chance": 0.0, "majority": 0.0}
+    gold = pd.Series([it.gold for it in items])
+    return {
+        "chance": float(sum(1 / n for n in k) / len(k)),
+        "majority": float(gold.value_counts().iloc[0] / len(gold)),
+    }
+
+
 def task_rows(lm, root, names, shots, limit, backend, folder: Path, base: dict) -> list[dict]:
-    """Long-form rows (task, shots, metric, value, stderr, n, backend) for every task and shot count."""
+    """Long-form rows (task, shots, metric, value, stderr, n, backend) for every task and shot count;
+    per task also its ``chance`` and ``majority`` levels on the items scored (:func:`chance`)."""
     rows = []
     for k in shots:
         if backend == "lm_eval":
@@ -126,6 +143,21 @@ def task_rows(lm, root, names, shots, limit, backend, folder: Path, base: dict) 
                         "metric": metric,
                         "value": value,
                         "stderr": err,
+                        "n": n,
+                        "backend": backend,
+                    }
+                )
+            items = mc.load_items(root, name)
+            for metric, value in chance(items[:limit] if limit else items).items():
+                rows.append(
+                    {
+                        **base,
+                        "benchmark": name,
+                        "paper_row": mc.TASKS[name].paper,
+                        "shots": k,
+                        "metric": metric,
+                        "value": value,
+                        "stderr": math.nan,
                         "n": n,
                         "backend": backend,
                     }

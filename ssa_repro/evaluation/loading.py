@@ -45,20 +45,22 @@ class LoadedRun:
         )
 
 
-def load_run(run_dir: str | Path, device: torch.device) -> LoadedRun:
-    """The run's model (weights of ``RunDir.last_checkpoint``) on ``device``, its task and its config
-    read over the schema; a RunFolderError before any work when the folder is incomplete or its
-    checkpoint does not belong to its config."""
+def load_run(run_dir: str | Path, device: torch.device, step: int | None = None) -> LoadedRun:
+    """The run's model (weights of ``RunDir.last_checkpoint``, or of the checkpoint kept at ``step``:
+    ``train.keep_at``) on ``device``, its task and its config read over the schema; a RunFolderError
+    before any work when the folder is incomplete, holds no checkpoint of ``step`` or its checkpoint
+    does not belong to its config. Evaluations store their cells under the checkpoint's step, so one
+    run evaluated at several steps gives a learning curve."""
     run = RunDir(run_dir)
     found = run.problems()
     if found:
         raise RunFolderError("; ".join(found))
     cfg = run.config()
-    state = run.load_checkpoint()
+    state = run.load_checkpoint(step=step)
     bad = config_mismatches(plain(typed(state["config"])), plain(cfg))  # both over the schema
     if bad:
         raise RunFolderError(
-            f"{run.path}: {run.last_checkpoint.relative_to(run.path)} does not belong to "
+            f"{run.path}: {run.checkpoint_at(step).relative_to(run.path)} does not belong to "
             f"{run.config_file.name}:\n  - " + "\n  - ".join(bad)
         )
     model = build_model(cfg.model, cfg.scorer)

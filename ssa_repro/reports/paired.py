@@ -47,10 +47,15 @@ EXTRA_SCALES: dict[str, str] = {}
 
 
 # ------------------------------------------------------------------ reading
-def read_cells(index: pd.DataFrame, evaluation: str, table: str = "results") -> pd.DataFrame:
-    """Every job's stored ``table`` of the index's ``evaluation`` key (newest checkpoint step), with the
-    job columns and ``evaluation`` in front and the protocol's ``sign`` (if it has one) as ``sign``.
-    Empty when no job has it (missing data is the caller's to report)."""
+def read_cells(
+    index: pd.DataFrame, evaluation: str, table: str = "results", steps: str = "newest"
+) -> pd.DataFrame:
+    """Every job's stored ``table`` of the index's ``evaluation`` key (newest checkpoint step; every step
+    with ``steps="all"``: a learning curve), with the job columns and ``evaluation`` in front and the
+    protocol's ``sign`` (if it has one) as ``sign``. Empty when no job has it (missing data is the
+    caller's to report)."""
+    if steps not in ("newest", "all"):
+        raise ValueError(f"steps={steps!r} is not allowed; allowed: 'newest', 'all'")
     frames = []
     for row in index[index.evaluation == evaluation].itertuples():
         store = next((s for s in stored(row.run_dir, row.eval) if s.id == row.protocol_id), None)
@@ -63,7 +68,7 @@ def read_cells(index: pd.DataFrame, evaluation: str, table: str = "results") -> 
             continue
         if frame.empty:
             continue
-        if "step" in frame:
+        if "step" in frame and steps == "newest":
             frame = frame[frame["step"] == frame["step"].max()]
         meta = {c: getattr(row, c) for c in JOB_COLUMNS}
         meta["evaluation"] = evaluation

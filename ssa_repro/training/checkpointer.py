@@ -6,7 +6,7 @@ window is saved with each checkpoint, so the metrics row after a resume averages
 without one.
 
 :class:`Checkpointer` writes the run folder's last checkpoint (and a numbered one every
-``train.keep_every``, :class:`ssa_repro.core.rundir.RunDir`): model, optimizer, step, loss window, the RNG states (torch CPU, CUDA, and every
+``train.keep_every`` and at each step of ``train.keep_at``, :class:`ssa_repro.core.rundir.RunDir`): model, optimizer, step, loss window, the RNG states (torch CPU, CUDA, and every
 rank's prompt generator) and the config; only after checking that the losses and weights are finite
 (:class:`TrainingDiverged` names the step and the last good checkpoint). Restoring puts all of it back,
 so a resumed run continues exactly where the saved one was (on CPU, bit for bit).
@@ -61,10 +61,20 @@ class LossWindow:
 
 class Checkpointer:
     def __init__(
-        self, run: RunDir, model, opt, gen: torch.Generator, device, dd, config: dict, keep_every: int
+        self,
+        run: RunDir,
+        model,
+        opt,
+        gen: torch.Generator,
+        device,
+        dd,
+        config: dict,
+        keep_every: int,
+        keep_at=(),
     ):
         self.run, self.path, self.model, self.opt, self.gen = run, run.last_checkpoint, model, opt, gen
         self.device, self.dd, self.config, self.keep_every = device, dd, config, keep_every
+        self.keep_at = frozenset(int(s) for s in keep_at)  # steps whose checkpoint is also kept
         self.last_good: int | None = None
         self.run_id: str | None = None  # the run's identity (RunDir.adopt_identity), kept in each checkpoint
 
@@ -83,6 +93,10 @@ class Checkpointer:
         window.restore(state["loss_window"])
         self.last_good = int(state["step"])
         return self.last_good
+
+    def due(self, step: int) -> bool:
+        """Whether ``step``'s checkpoint is one to keep (``train.keep_every``, ``train.keep_at``)."""
+        return bool(self.keep_every and step % self.keep_every == 0) or step in self.keep_at
 
     def save(self, step: int, window: LossWindow) -> None:
         """Check finiteness, gather every rank's prompt stream (a collective), write (rank 0)."""
@@ -112,5 +126,5 @@ class Checkpointer:
             **({"run_id": self.run_id} if self.run_id else {}),
         }
         checkpoint.save(self.path, payload)
-        if self.keep_every and step % self.keep_every == 0:
+        if self.due(step):
             checkpoint.save(self.run.kept_checkpoint(step), payload)

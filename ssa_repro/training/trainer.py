@@ -8,7 +8,8 @@ and returns its summary; it is a plain function, so tests and notebooks call it 
     provenance.json      one record per start: git commit, library versions, device, threads, argv
     train.log            progress lines (steps/s, ETA)
     metrics.jsonl        one row per log interval: step, loss, n_points, lr, throughput, scorer params
-    checkpoints/last.pt  the whole training state (+ step_XXXXXXX.pt every train.keep_every)
+    checkpoints/last.pt  the whole training state (+ step_XXXXXXX.pt every train.keep_every and at
+                         each step of train.keep_at)
     summary.json         final loss, parameter count, steps/s, wall time
     wandb/               the W&B run (offline by default; ssa_repro/core/tracking.py)
 
@@ -166,7 +167,7 @@ def build(cfg: DictConfig, run_dir: Path) -> Setup:
     gen = torch.Generator(device=device)
     gen.manual_seed(rank_data_seed(cfg.seed, dd.rank))
     window = LossWindow(tr.log_interval, device)
-    ckpt = Checkpointer(RunDir(run_dir), model, opt, gen, device, dd, plain(cfg), tr.keep_every)
+    ckpt = Checkpointer(RunDir(run_dir), model, opt, gen, device, dd, plain(cfg), tr.keep_every, tr.keep_at)
     ddp = forward = model
     if dd.enabled:  # gradients averaged over ranks; `model` stays the plain module (state_dict, eval)
         ddp = forward = torch.nn.parallel.DistributedDataParallel(
@@ -274,7 +275,7 @@ def train(
                     )
                 s.window.reset()
                 t_window, steps_at_window = time.perf_counter(), step
-            saved = step % tr.ckpt_interval == 0 or done
+            saved = step % tr.ckpt_interval == 0 or done or s.ckpt.due(step)
             if saved:
                 s.ckpt.save(step, s.window)
                 if main and s.model.scorer_stats():

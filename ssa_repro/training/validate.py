@@ -207,6 +207,12 @@ def problems(cfg: DictConfig) -> list[str]:
         out.append(
             f"train.weight_decay={tr.weight_decay} needs train.optimizer=adamw (adam has no decoupled decay)"
         )
+    bad = [int(k) for k in tr.keep_at if not 1 <= k <= tr.steps]
+    if bad:
+        out.append(
+            f"train.keep_at={list(tr.keep_at)} has {bad}: each step must be in [1, train.steps={tr.steps}] "
+            "(a checkpoint is kept when training reaches that step)"
+        )
     if tr.keep_every > 0 and tr.ckpt_interval >= 1 and tr.keep_every % tr.ckpt_interval:
         out.append(
             f"train.keep_every={tr.keep_every} must be a multiple of train.ckpt_interval={tr.ckpt_interval}"

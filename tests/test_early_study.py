@@ -1,0 +1,287 @@
+"""The early-learning study (conf/study/early_cpu.yaml, report ssa_repro/reports/early.py): checkpoints kept
+at chosen steps and evaluated there (learning curves), the paired design (same initial weights and batches
+per seed under every scorer), and the quick study end to end on a small synthetic data folder of the real
+layout, its report's numbers read back against the stored cells."""
+
+from __future__ import annotations
+
+import glob
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from ssa_repro.cli import study
+from ssa_repro.cli.run_study import main as study_main
+from ssa_repro.config import CONF_DIR
+from ssa_repro.core.rundir import RunDir, RunFolderError
+from ssa_repro.evaluation import stats
+from ssa_repro.evaluation.lm import chance
+from ssa_repro.evaluation.loading import load_run
+from ssa_repro.evaluation.multiple_choice import Item
+from ssa_repro.reports import early
+from ssa_repro.tasks import curriculum
+from ssa_repro.training import trainer, validate
+from tests.conftest import make_cfg
+
+WORDS = "the a dog cat ball mommy daddy sees wants likes big red is are you we look here there".split()
+ZORRO = (  # two of the paper's 12 and one other
+    "agreement_subject_verb-across_relative_clause",
+    "irregular-verb",
+    "quantifiers-existential_there",
+)
+SENTENCES = [
+    "the cat sat on the mat and looked at the dog .",
+    "a dog ran in the park with a red ball .",
+    "we like to read books about cats and dogs .",
+]
+
+
+def tiny_data(root: Path) -> Path:
+    """The shared data folder's layout in miniature: AO-CHILDES, Zorro, the LM corpora, two LM-eval tasks."""
+    rng = random.Random(0)
+    (root / "childes").mkdir(parents=True)
+    lines = [" ".join(rng.choices(WORDS, k=rng.randint(1, 9))) + " ." for _ in range(400)]
+    (root / "childes" / "aochildes_partial.txt").write_text("\n".join(lines) + "\n")
+    z = root / "zorro"
+    z.mkdir()
+    for k, stem in enumerate(ZORRO):
+        pairs = [
+            (f"the dog are here {WORDS[(i + k) % 9]} .", f"the dog is here {WORDS[(i + k) % 9]} .")
+            for i in range(8)
+        ]
+        (z / f"{stem}.txt").write_text("".join(f"{bad}\n{good}\n" for bad, good in pairs))
+    (z / "names.tsv").write_text(
+        "paper_name\tfile_stem\tcertainty\n"
+        f"agr_subj_verb-across_RC\t{ZORRO[0]}\tcertain\nirregular-verb\t{ZORRO[1]}\tcertain\n"
+    )
+    (root / "lm").mkdir()
+    docs = [" ".join(SENTENCES[(i + j) % 3] for j in range(3)) for i in range(60)]
+    (root / "lm" / "train.txt").write_text("\n\n".join(docs) + "\n")
+    for name in ("valid", "test"):
+        (root / "lm" / f"{name}.txt").write_text(" \n = Title = \n \n " + " ".join(SENTENCES * 4) + " \n")
+    (root / "lm_eval").mkdir()
+    copa = [
+        {
+            "premise": "The dog ran.",
+            "choice1": "It saw a cat.",
+            "choice2": "It slept.",
+            "question": "cause",
+            "label": i % 2,
+        }
+        for i in range(6)
+    ]
+    boolq = [
+        {"question": "is the dog red", "passage": SENTENCES[i % 3], "label": int(i < 4)} for i in range(6)
+    ]
+    for name, docs_ in (("copa", copa), ("boolq", boolq)):
+        (root / "lm_eval" / f"{name}.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs_))
+    return root
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return tiny_data(tmp_path_factory.mktemp("early") / "data")
+
+
+def extra(data: Path) -> tuple[str, ...]:
+    return (f"data.root={data}", f"data.cache_dir={data.parent / 'cache'}")
+
+
+# ------------------------------------------------------------------ checkpoints at chosen steps
+def test_kept_checkpoints_leave_training_unchanged_and_load_by_step(tmp_path):
+    over = ("train.steps=6", "train.ckpt_interval=6", "train.log_interval=3", "train.compile=false")
+    plain_run = trainer.train(make_cfg(*over), tmp_path / "plain")
+    kept = trainer.train(make_cfg(*over, "train.keep_at=[2,5]"), tmp_path / "kept")
+    assert kept["final_loss"] == plain_run["final_loss"]  # keeping a checkpoint changes nothing
+    assert RunDir(tmp_path / "kept").kept_steps() == [2, 5] and RunDir(tmp_path / "plain").kept_steps() == []
+    a = load_run(tmp_path / "plain", torch.device("cpu"))
+    b = load_run(tmp_path / "kept", torch.device("cpu"))
+    for k, v in a.model.state_dict().items():
+        assert torch.equal(v, b.model.state_dict()[k]), k
+    early_run = load_run(tmp_path / "kept", torch.device("cpu"), step=2)
+    assert early_run.step == 2 and early_run.labels["step"] == 2
+    assert load_run(tmp_path / "kept", torch.device("cpu"), step=6).step == 6  # the last, by its step
+    assert not torch.equal(early_run.model.state_dict()["wpe.weight"], b.model.state_dict()["wpe.weight"])
+    with pytest.raises(RunFolderError, match=r"no checkpoint of step 3.*\[2, 5\]"):
+        load_run(tmp_path / "kept", torch.device("cpu"), step=3)
+
+
+def test_keep_at_outside_training_is_refused_naming_the_key():
+    found = validate.problems(make_cfg("train.steps=6", "train.keep_at=[0,3,7]"))
+    assert any("train.keep_at=[0, 3, 7] has [0, 7]" in p and "train.steps=6" in p for p in found), found
+
+
+def test_an_evaluation_step_without_a_kept_checkpoint_stops_the_study():
+    s = study.load("early_quick")
+    job = study.jobs(s)[0]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=[*job.overrides, "train.keep_at=[10]"])
+    found = study.step_problems(s, "zorro_early", cfg)
+    assert found == [
+        "evaluations.zorro_early.steps has 5, but the job keeps no checkpoint there: add it to train.keep_at=[10] "
+        "(train.steps=10)"
+    ]
+
+
+def test_the_lm_evaluations_tasks_key_is_its_own_not_the_studys():
+    s = study.load("early_cpu")
+    lm = study.evaluations(s, "lm", "lm")
+    assert list(lm["lm"].tasks)[:2] == ["arc_challenge", "arc_easy"] and list(lm["lm_curve"].tasks) == []
+    assert "steps" not in lm["lm"] and list(study.evaluations(s, "mlm", "mlm")) == ["zorro_early", "zorro"]
+    assert list(study.evaluations(s, "mlm", "curves")) == ["zorro_curve"]
+    assert study.eval_steps(s, "zorro") == [4000] and study.eval_steps(s, "zorro_early") == [500, 1500]
+
+
+def test_chance_levels_of_multiple_choice_items():
+    items = [Item(["q"] * 4, [" a", " b", " c", " d"], g) for g in (0, 0, 1, 3)]
+    items.append(Item(["q"] * 2, [" yes", " no"], 0))
+    out = chance(items)
+    assert out["chance"] == pytest.approx((4 * 0.25 + 0.5) / 5) and out["majority"] == pytest.approx(3 / 5)
+    assert chance([Item(["ctx"], [" word"], 0)]) == {"chance": 0.0, "majority": 0.0}
+
+
+def test_the_full_study_has_the_seeds_its_claims_need():
+    s = study.load("early_cpu")
+    mlm = s.groups.mlm
+    assert set(mlm.scorers) == {"softmax", "ssa_n1.5", "ssa_n2"} and len(s.seeds) >= 5
+    # the largest claim family of the encoder leg (argument structure) has 3 contrasts
+    assert 3 * 2.0 ** (1 - len(s.seeds)) < 0.05
+    assert set(s.groups.lm.scorers) == {"softmax", "ssa"} and len(s.groups.lm.seeds) >= 3
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for scorer, n in (("ssa_n1.5", 1.5), ("ssa_n2", 2.0)):  # the paper's fixed exponents
+            cfg = compose("train", overrides=[f"scorer={scorer}"])
+            assert cfg.scorer.learn_n is False and cfg.scorer.n_init == n
+
+
+# ------------------------------------------------------------------ the paired design
+@pytest.mark.parametrize("leg", ["mlm", "lm"])
+def test_a_seed_gives_every_scorer_the_same_initial_weights_and_batches(leg, data, tmp_path):
+    s = study.load("early_quick")
+    todo = [j for j in study.jobs(s, extra(data)) if j.group == leg and j.seed == 1]
+    assert len({j.scorer for j in todo}) == len(s.groups[leg].scorers) >= 2
+    built = []
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for job in todo:
+            cfg = compose("train", overrides=list(job.overrides))
+            built.append((job.scorer, cfg, trainer.build(cfg, tmp_path / job.name)))
+    (_, cfg0, base), others = built[0], built[1:]
+    tr = cfg0.train
+    stage = curriculum.stage(cfg0.curriculum, 0)
+    first = [base.task.train_batch(i, tr.batch_size, stage, base.gen, base.device) for i in range(3)]
+    weights = {k: v for k, v in base.model.state_dict().items() if ".scorer." not in k}
+    assert len(weights) > 10
+    for scorer, _, other in others:
+        theirs = other.model.state_dict()
+        for k, v in weights.items():
+            assert torch.equal(v, theirs[k]), (scorer, k)
+        assert any(".scorer." in k for k in theirs), scorer  # SSA's b (and n) are the only extra
+        for i, batch in enumerate(first):
+            again = other.task.train_batch(i, tr.batch_size, stage, other.gen, other.device)
+            for name in ("tokens", "targets"):
+                if hasattr(batch, name):
+                    assert torch.equal(getattr(batch, name), getattr(again, name)), (scorer, i, name)
+    # and another seed differs
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        job0 = next(j for j in study.jobs(s, extra(data)) if j.group == leg and j.seed == 0)
+        seed0 = trainer.build(compose("train", overrides=list(job0.overrides)), tmp_path / "seed0")
+    assert not all(torch.equal(v, seed0.model.state_dict()[k]) for k, v in weights.items())
+
+
+# ------------------------------------------------------------------ the quick study end to end
+def _raw_zorro(run_dir: Path) -> pd.DataFrame:
+    parts = glob.glob(str(run_dir / "eval" / "zorro" / "*" / "parts" / "results-*.csv"))
+    assert parts, run_dir
+    return pd.concat([pd.read_csv(p) for p in parts], ignore_index=True)
+
+
+@pytest.mark.slow
+def test_early_quick_end_to_end_and_the_report_reads_back(data, tmp_path):
+    root = study.run("early_quick", tmp_path / "root", n_jobs=1, extra=extra(data))
+    index = pd.read_csv(root / "index.csv")
+    assert index.job.nunique() == len(study.jobs(study.load("early_quick")))
+    z = index[index["eval"] == "zorro"]
+    assert set(z[z.group == "mlm"].steps) == {"5", "10"} and set(z[z.group == "curves"].steps) == {"5 10 20"}
+    assert set(z[z.group == "curves"].evaluation) == {"zorro_curve"}  # groups: restricts an evaluation
+    for run_dir in z[z.group == "mlm"].run_dir:  # cells at both checkpoints; holistic at the last
+        raw = _raw_zorro(Path(run_dir))
+        assert set(raw.step) == {5, 10} and set(raw[raw.step == 10].method.dropna()) >= {"pll", "holistic"}
+
+    out = tmp_path / "report"
+    assert study_main(["early_quick", "--report-only", "--root", str(root), "--out", str(out)]) == 0
+    text = (out / "early_quick.md").read_text()
+    for heading in (
+        "## Findings",
+        "## The paper's claims",
+        "**Decision rule**",
+        "## Choosing the regime: learning curves",
+        "## Zorro at the last checkpoint: the paper's table 3 beside ours",
+        "## Zorro by holistic scoring",
+        "## Held-out masked-LM loss over training",
+        "## Perplexity over training",
+        "## LM-eval tasks: the paper's table 2 beside ours",
+        "## Power for the effects seen",
+        "## Missing",
+        "## At the paper's scale",
+        "## Setup",
+    ):
+        assert heading in text, heading
+    assert "No data yet" not in text
+    assert "Nothing: every group and evaluation is stored." in text
+    assert "early_quick --report-only" in text and "trained at commit" in text
+    for fig in ("zorro_curves", "zorro_table3", "perplexity_curves", "regime"):
+        path = out / "early_quick" / f"{fig}.png"
+        assert path.exists() and path.stat().st_size > 2000, fig
+    assert "55.5 / 57.7 / 61.55" in text  # the paper's table 3 beside ours (agreement across RC)
+
+    # a per-seed value against the raw stored parts: softmax seed 1, agreement across RC, PLL, step 5
+    csvs = {p.stem.removeprefix("per_seed_"): p for p in (out / "early_quick").glob("per_seed_*.csv")}
+    assert set(csvs) == {"zorro", "lm"}
+    per = pd.read_csv(csvs["zorro"])
+    row = index[(index.evaluation == "zorro") & (index.scorer == "softmax") & (index.seed == 1)].iloc[0]
+    raw = _raw_zorro(Path(row.run_dir))
+    want = raw[(raw.step == 5) & (raw.paradigm == ZORRO[0]) & (raw.method == "pll")].value.iloc[0]
+    got = per[
+        (per.scorer == "softmax")
+        & (per.seed == 1)
+        & (per.step == 5)
+        & (per.item == ZORRO[0])
+        & (per.method == "pll")
+    ]
+    assert len(got) == 1 and got.value.iloc[0] == pytest.approx(want, rel=1e-5)
+    lm = pd.read_csv(csvs["lm"])
+    assert set(lm[lm.metric == "perplexity"].step) == {5, 10}
+    assert {"task_accuracy", "chance", "majority"} <= set(lm.metric)
+
+    # the claims recomputed from the published CSVs alone equal the report's claims file
+    _, claims, table, _ = early.compute(csvs)
+    published = pd.read_csv(out / "early_quick_claims.csv")
+    assert len(table) == len(published) > 0
+    assert np.allclose(
+        table.estimate.to_numpy(float), published.estimate.to_numpy(float), rtol=1e-4, atol=1e-9
+    )
+    assert list(table.verdict) == list(published.verdict)
+    assert set(table.verdict) <= set(stats.VERDICTS)
+    # and by hand: one contrast from the CSV's values
+    r = table[table.claim == "zorro irregular ssa_n1.5"].iloc[0]
+    sub = per[(per.item == "irregular-verb") & (per.method == "pll") & (per.step == 10)]
+    d = (
+        sub[sub.scorer == "ssa_n1.5"].set_index("seed").value
+        - sub[sub.scorer == "softmax"].set_index("seed").value
+    )
+    assert r.estimate == pytest.approx(d.mean(), abs=1e-9) and r.n_seeds == 2
+
+    # resuming does no work: every job finished, every cell stored
+    before = sorted(p.stat().st_mtime_ns for p in root.rglob("parts/*.csv"))
+    study.run("early_quick", root, n_jobs=1, extra=extra(data))
+    assert sorted(p.stat().st_mtime_ns for p in root.rglob("parts/*.csv")) == before
+
+
+def test_the_setup_names_the_report():
+    assert OmegaConf.select(study.load("early_quick"), "report") == "early"
