@@ -36,7 +36,7 @@ from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.evaluation.zorro import PAPER_TABLE3
 from ssa_repro.reports import paired, provenance
 from ssa_repro.reports.paired import JOB_COLUMNS, Claim, Spec
-from ssa_repro.reports.study import CLAIM_COLUMNS, setup_lines
+from ssa_repro.reports.study import finish, section
 from ssa_repro.reports.tables import markdown_table
 from ssa_repro.tasks import TASKS
 
@@ -789,11 +789,6 @@ def claims_markdown(found_claims, table: pd.DataFrame) -> list[str]:
     return out
 
 
-def section(heading: str, text: str, table: pd.DataFrame | None) -> list[str]:
-    body = markdown_table(table) if table is not None and len(table) else "No data yet (see *Missing*)."
-    return [f"## {heading}", "", text, "", body, ""]
-
-
 def title(name: str) -> str:
     return (
         f"# {name}: what small encoders and decoders trained for minutes on a CPU can show about SSA's "
@@ -917,21 +912,4 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "seeds needed for 80% (at least 6: the fewest whose exact sign-flip test can reach p < 0.05).",
         paired.power_table(table) if len(table) else None,
     )
-    lines += [
-        "## Missing",
-        "",
-        *([f"- {m}" for m in missing] or ["Nothing: every group and evaluation is stored."]),
-        "",
-        *GPU_LINES,
-    ]
-    if setup:
-        lines += setup_lines(setup)
-    path = out_dir / f"{name}.md"
-    write_text(path, "\n".join(lines))
-    out = (
-        table.reindex(columns=[*CLAIM_COLUMNS, "claim_verdict"])
-        if len(table)
-        else pd.DataFrame(columns=CLAIM_COLUMNS)
-    )
-    write_text(out_dir / f"{name}_claims.csv", out.to_csv(index=False, float_format="%.6g"))
-    return path
+    return finish(lines, table, missing, setup, out_dir, name, after_missing=GPU_LINES)

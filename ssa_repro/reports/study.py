@@ -329,11 +329,27 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "the paired test at the seeds used, and the seeds needed for 80% (counted up with `stats.power_paired`; at least 6, the fewest whose exact sign-flip test can reach p < 0.05).",
         paired.power_table(table) if len(table) else None,
     )
-    lines += [
+    return finish(lines, table, missing, setup, out_dir, name)
+
+
+def finish(
+    lines: list[str],
+    table: pd.DataFrame,
+    missing: list[str],
+    setup: dict | None,
+    out_dir: Path,
+    name: str,
+    after_missing: list[str] = (),
+) -> Path:
+    """A study report's end (every study's): the *Missing* section, ``after_missing``, the setup; then
+    ``<name>.md`` and ``<name>_claims.csv`` (the claims table, one row per contrast) written atomically."""
+    lines = [
+        *lines,
         "## Missing",
         "",
         *([f"- {m}" for m in missing] or ["Nothing: every group and evaluation is stored."]),
         "",
+        *after_missing,
     ]
     if setup:
         lines += setup_lines(setup)
