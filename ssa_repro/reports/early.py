@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ssa_repro.core.atomic import write_text
 from ssa_repro.core.plotting import plt, save
 from ssa_repro.evaluation import stats
 from ssa_repro.evaluation.intervals import seed_interval, wilson
@@ -155,28 +154,15 @@ def per_seed(index: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def export(parts: Mapping[str, pd.DataFrame], out_dir: Path) -> dict[str, Path]:
-    """``<out_dir>/per_seed_<part>.csv`` per non-empty part (sorted; 6 significant digits, the precision
-    every number of the report is computed at)."""
-    paths = {}
-    for part, frame in parts.items():
-        if frame is None or frame.empty:
-            continue
-        f = frame[COLUMNS].sort_values(COLUMNS[:-2], kind="stable")
-        f = f.drop_duplicates([c for c in COLUMNS if c not in ("evaluation", "n", "value")])
-        path = Path(out_dir) / f"per_seed_{part}.csv"
-        write_text(path, f.to_csv(index=False, float_format="%.6g"))
-        paths[part] = path
-    return paths
+    """``paired.export`` in this report's layout (a row per job × step × method × item × metric; its
+    sort leaves out the last two columns, n and value)."""
+    return paired.export(parts, out_dir, COLUMNS, free=("evaluation", "n", "value"), unsorted=2)
 
 
 def read_back(paths: Mapping[str, Path]) -> pd.DataFrame:
-    frames = [pd.read_csv(p).assign(part=part) for part, p in paths.items()]
-    if not frames:
-        return pd.DataFrame(columns=[*COLUMNS, "part"])
-    out = pd.concat(frames, ignore_index=True)
-    for c in ("group", "task", "scorer", "arch", "evaluation", "method", "item", "metric"):
-        out[c] = out[c].astype(str)
-    return out
+    return paired.read_back(
+        paths, COLUMNS, text=("group", "task", "scorer", "arch", "evaluation", "method", "item", "metric")
+    )
 
 
 # ------------------------------------------------------------------ claims

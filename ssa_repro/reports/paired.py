@@ -93,30 +93,51 @@ def reduce(cells: pd.DataFrame, mask, summary: str) -> pd.DataFrame:
     return out.assign(summary=summary)[PER_SEED_COLUMNS]
 
 
-def export(parts: Mapping[str, pd.DataFrame], out_dir: Path) -> dict[str, Path]:
-    """``<out_dir>/per_seed_<part>.csv`` per part (one row per job × predictor × metric × summary, sorted, values with 6 significant digits: small
-    files, and the precision every number of the report is computed at); empty parts are skipped."""
+def export(
+    parts: Mapping[str, pd.DataFrame],
+    out_dir: Path,
+    columns: list[str] = PER_SEED_COLUMNS,
+    free: tuple[str, ...] = ("evaluation", "value"),
+    unsorted: int = 1,
+) -> dict[str, Path]:
+    """``<out_dir>/per_seed_<part>.csv`` per non-empty part: ``columns`` (default: one row per job ×
+    predictor × metric × summary; a study report may pass its own layout), sorted by every column but
+    the last ``unsorted``, values with 6 significant digits (small files, and the precision every number of the
+    report is computed at). One value per row key (the columns not in ``free``): where two evaluation
+    keys of a study give the same summary (the same protocol under two names), the first key's is kept."""
     paths = {}
     for part, frame in parts.items():
         if frame is None or frame.empty:
             continue
-        f = frame[PER_SEED_COLUMNS].sort_values(PER_SEED_COLUMNS[:-1], kind="stable")
-        # one value per job × predictor × metric × summary: where two evaluation keys of a study give the
-        # same summary (the same protocol run twice under two names), the first key's is kept
-        f = f.drop_duplicates([c for c in PER_SEED_COLUMNS if c not in ("evaluation", "value")])
+        f = frame[columns].sort_values(columns[:-unsorted], kind="stable")
+        f = f.drop_duplicates([c for c in columns if c not in free])
         path = Path(out_dir) / f"per_seed_{part}.csv"
         write_text(path, f.to_csv(index=False, float_format="%.6g"))
         paths[part] = path
     return paths
 
 
-def read_back(paths: Mapping[str, Path]) -> pd.DataFrame:
-    """The exported per-seed CSVs as one frame (``part`` = which file): what the report computes from."""
+def read_back(
+    paths: Mapping[str, Path],
+    columns: list[str] = PER_SEED_COLUMNS,
+    text: tuple[str, ...] = (
+        "group",
+        "task",
+        "scorer",
+        "arch",
+        "evaluation",
+        "predictor",
+        "metric",
+        "summary",
+    ),
+) -> pd.DataFrame:
+    """The exported per-seed CSVs as one frame (``part`` = which file): what the report computes from;
+    the ``text`` columns are read as strings (a task or scorer named like a number stays a name)."""
     frames = [pd.read_csv(p).assign(part=part) for part, p in paths.items()]
     if not frames:
-        return pd.DataFrame(columns=[*PER_SEED_COLUMNS, "part"])
+        return pd.DataFrame(columns=[*columns, "part"])
     out = pd.concat(frames, ignore_index=True)
-    for c in ("group", "task", "scorer", "arch", "evaluation", "predictor", "metric", "summary"):
+    for c in text:
         out[c] = out[c].astype(str)
     return out
 
