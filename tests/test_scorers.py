@@ -39,9 +39,10 @@ def scorer_cfg(name: str, **overrides):
     return cfg
 
 
-def make(name: str, n_head: int = H, layer: int = 0, **overrides):
-    # n_embd: the layer width for scorers that read the layer input (gated: head width 8, as below)
-    return build_scorer(scorer_cfg(name, **overrides), n_head, layer=layer, n_embd=8 * n_head)
+def make(name: str, n_head: int = H, layer: int = 0, d: int = 8, **overrides):
+    # n_embd = d · heads: the layer width for scorers that read the layer input (gated) or have per-head
+    # maps of the query (asentmax: d must be the head width of the q passed in)
+    return build_scorer(scorer_cfg(name, **overrides), n_head, layer=layer, n_embd=d * n_head)
 
 
 def causal(t: int, s: int | None = None) -> torch.Tensor:
@@ -204,7 +205,7 @@ def test_masked_weights_zero_and_rows_sum_to_one(name):
 @pytest.mark.parametrize("name", ALL)
 def test_float64_rows_sum_to_one_at_float64_precision(name):
     q, k = qk_with_zero_logits(torch.float64, t=9)
-    s = make(name)
+    s = make(name, d=q.shape[-1])
     w = s.weights(q, k, causal(9))
     assert w.dtype == torch.float64
     assert_rows_normalised(s, w, 1e-12)
@@ -220,7 +221,7 @@ def test_finite_forward_backward_for_huge_logits_float32(name):
     q[0, 0, :, 0] = torch.tensor([100.0, -100.0, 0.0, 100.0, -100.0, 50.0, -50.0, 1.0])
     logits = q * k.transpose(-2, -1)
     assert logits.abs().max() == 1e4 and (logits == 1e4).any() and (logits == -1e4).any()
-    s = make(name)
+    s = make(name, d=1)
     if s.splits_head_dim:  # diff scores two halves of the head: each half gets the same ±1e4 logits
         q, k = torch.cat([q, q], -1), torch.cat([k, k], -1)
     q.requires_grad_(True)
@@ -243,7 +244,7 @@ def test_finite_forward_in_bf16(name):
     g = torch.Generator().manual_seed(3)
     q = (torch.randn(2, H, t, 16, generator=g) * 30).bfloat16()
     k = (torch.randn(2, H, t, 16, generator=g) * 30).bfloat16()
-    s = make(name)
+    s = make(name, d=16)
     w = s.weights(q, k, causal(t))
     assert w.dtype == torch.bfloat16
     assert torch.isfinite(w).all()
@@ -253,7 +254,7 @@ def test_finite_forward_in_bf16(name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_gradcheck_float64_with_exact_zero_logits(name):
-    s = make(name)
+    s = make(name, d=4)  # gradcheck_inputs: head width 4
     q, k = gradcheck_inputs(s)
     q.requires_grad_(True)
     k.requires_grad_(True)
@@ -265,7 +266,7 @@ def test_gradcheck_float64_with_exact_zero_logits(name):
 def test_gradcheck_tolerant_of_float32_internals_with_exact_zero_logits(name):
     """gradcheck with a coarser step and tolerance; still catches a wrong derivative at x = 0, e.g. a
     sign/abs form whose gradient there is 0."""
-    s = make(name)
+    s = make(name, d=4)  # gradcheck_inputs: head width 4
     q, k = gradcheck_inputs(s)
     q.requires_grad_(True)
     k.requires_grad_(True)

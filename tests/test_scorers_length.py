@@ -82,3 +82,60 @@ def test_gated_output_is_softmax_attention_times_sigmoid_gate_float64(gate):
         y[..., sl] = yh * (gs[..., sl] if gate == "elementwise" else gs[..., head : head + 1])
     ref = y @ attn.proj.weight.detach().numpy().T + attn.proj.bias.detach().numpy()
     np.testing.assert_allclose(out.detach().numpy(), ref, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- ASEntmax
+def entmax64(z: np.ndarray, alpha: float) -> np.ndarray:
+    """α-entmax of one row by bisection on τ, in float64 (independent of the entmax package):
+    p_j = [(α − 1) z_j − τ]_+^{1/(α−1)} with Σ p = 1; −inf entries get 0."""
+    y = (alpha - 1) * z[np.isfinite(z)]
+    lo, hi = y.max() - 1.0, y.max()  # Σp ≥ 1 at lo (the max entry alone gives 1), 0 at hi
+    for _ in range(200):
+        tau = (lo + hi) / 2
+        if (np.clip(y - tau, 0, None) ** (1 / (alpha - 1))).sum() >= 1:
+            lo = tau
+        else:
+            hi = tau
+    p = np.zeros_like(z)
+    p[np.isfinite(z)] = np.clip(y - lo, 0, None) ** (1 / (alpha - 1))
+    return p / p.sum()
+
+
+@pytest.mark.parametrize("alpha", [1.5, 1.3])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_asentmax_matches_float64_formula(alpha, with_bias):
+    h, d, t = 2, 4, 9
+    s = build_scorer(cfg("asentmax", alpha=alpha), h, n_embd=h * d).double()
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # parameters away from init, so β, γ vary by query and head
+        for p in s.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.7)
+    q = torch.randn(2, h, t, d, generator=g, dtype=torch.float64) * 2
+    k = torch.randn(2, h, t, d, generator=g, dtype=torch.float64) * 2
+    bias = torch.randn(h, t, t, generator=g, dtype=torch.float64) if with_bias else None
+    mask = torch.ones(t, t, dtype=torch.bool).tril()
+    ours = s.weights(q, k, mask, bias).detach().numpy()
+    qn, kn = q.numpy(), k.numpy()
+    wa, ba, wg, bg = (p.detach().numpy() for p in (s.w_a, s.b_a, s.w_g, s.b_g))
+    for b in range(2):
+        for hd in range(h):
+            for i in range(t):
+                beta = math.log1p(math.exp(wa[hd] @ qn[b, hd, i] + ba[hd]))
+                gamma = 2.0 * math.tanh(wg[hd] @ qn[b, hd, i] + bg[hd])
+                scale = 1.0 + beta * math.log(i + 2) ** gamma  # n_i = i + 1 visible keys
+                z = scale * (kn[b, hd] @ qn[b, hd, i]) / math.sqrt(d)
+                if with_bias:
+                    z = z + bias[hd, i].numpy()
+                z = np.where(mask[i].numpy(), z, -np.inf)
+                np.testing.assert_allclose(ours[b, hd, i], entmax64(z, alpha), atol=1e-7)
+    assert (ours == 0).any()  # sparse: some visible keys get exactly 0
+
+
+def test_asentmax_refuses_bad_config_and_logits_alone():
+    c = cfg("asentmax", alpha=1.0, delta=-1.0, gamma_range=-0.5, n_iter=0)
+    problems = SCORERS.get("asentmax").check_config(c, 2)
+    for key in ("scorer.alpha=1.0", "scorer.delta=-1.0", "scorer.gamma_range=-0.5", "scorer.n_iter=0"):
+        assert any(key in p for p in problems), (key, problems)
+    s = build_scorer(cfg("asentmax"), 2, n_embd=8)
+    with pytest.raises(TypeError, match="weights\\(q, k, mask\\)"):
+        s(torch.zeros(1, 2, 3, 3), None)

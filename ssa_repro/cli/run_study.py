@@ -60,7 +60,12 @@ def main(argv=None) -> int:
     write = REPORTS[report_of(cfg)]
     root = Path(a.root or Path("outputs") / "study" / cfg.name)
     if not a.report_only:
-        study.run(a.name, root, a.jobs, tuple(a.set), tuple(a.groups) if a.groups else None)
+        try:
+            study.run(a.name, root, a.jobs, tuple(a.set), tuple(a.groups) if a.groups else None)
+        except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the workers are stopped (study.run)
+            print(f"study {cfg.name} stopped ({e or 'interrupted'}); its workers were stopped. Finished jobs "
+                  f"are kept: rerun the same command to resume.", file=sys.stderr)
+            return 130
     out = Path(a.out) if a.out else (root if cfg.name in QUICK else Path("docs") / "results")
     command = "python scripts/study.py " + " ".join(argv if argv is not None else sys.argv[1:])
     path = write(root, out, cfg.name, command, OmegaConf.to_container(cfg))

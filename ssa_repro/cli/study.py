@@ -18,8 +18,11 @@ stored per step, so ``steps`` gives learning curves.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import signal
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -76,11 +79,15 @@ def load(name: str, conf_dir: Path = CONF_DIR) -> DictConfig:
 
 def jobs(study: DictConfig, extra: tuple[str, ...] = ()) -> list[Job]:
     """Every job of the study, group by group, in a fixed order; ``extra`` overrides go last (for
-    example ``device=cpu``: they change where a job runs, not which job it is or its folder)."""
+    example ``device=cpu``: they change where a job runs, not which job it is or its folder).
+
+    Seed-major within a group (every task × scorer × arch of seed 0, then of seed 1, …): a study
+    stopped part-way has whole paired sets for its first seeds, so its report can already compare
+    every arm seed by seed, over fewer seeds, instead of some arms with all seeds and others none."""
     out = []
     for group, g in study.groups.items():
-        for task, scorer, arch, sigma, seed in itertools.product(
-            g.tasks, g.scorers, g.archs, g.train_sigma, g.get("seeds", study.seeds)
+        for seed, task, scorer, arch, sigma in itertools.product(
+            g.get("seeds", study.seeds), g.tasks, g.scorers, g.archs, g.train_sigma
         ):
             task_ov = list(study.tasks[task])
             sigma_ov = [f"task.x_dist.std={float(sigma)}"] if float(sigma) != 1.0 else []
@@ -243,6 +250,26 @@ def select_groups(todo: list[Job], groups: tuple[str, ...] | None, study: DictCo
     return [j for j in todo if j.group in groups]
 
 
+@contextlib.contextmanager
+def workers_stop_on_sigterm():
+    """SIGTERM (``kill <pid>``, a scheduler's stop) raises KeyboardInterrupt while the jobs run, as
+    Ctrl-C does: joblib then terminates its worker processes. Without it the study process dies and
+    its workers go on training, holding their runs' locks, so the next ``study.py`` finds those runs
+    locked (found when a study was restarted with ``kill``)."""
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(
     name: str,
     root: Path | None = None,
@@ -264,9 +291,10 @@ def run(
     root.mkdir(parents=True, exist_ok=True)
     log.info("study %s: %d jobs in %s, %d at a time", study.name, len(todo), root, n_jobs)
     t0 = time.perf_counter()
-    results = Parallel(n_jobs=n_jobs, backend="loky", verbose=10)(
-        delayed(run_one_or_fail)(job, study, root, i, n_jobs) for i, job in enumerate(todo)
-    )
+    with workers_stop_on_sigterm():
+        results = Parallel(n_jobs=n_jobs, backend="loky", verbose=10)(
+            delayed(run_one_or_fail)(job, study, root, i, n_jobs) for i, job in enumerate(todo)
+        )
     index = pd.DataFrame([r for rows, _ in results for r in rows])
     if groups and (root / "index.csv").exists():  # keep the other groups' rows
         old = pd.read_csv(root / "index.csv")

@@ -125,6 +125,11 @@ def attach(model: PreTrainedModel, scorer: str = "ssa", **scorer_keys) -> PreTra
                 f"allows a bidirectional one: {', '.join(allowed)}"
             )
         width = head_width(m)
+        if width is None and "n_embd" in inspect.signature(cls.__init__).parameters:
+            problems.append(
+                f"scorer={scorer} has per-head maps of the query and needs the head width, which "
+                f"{name} ({type(m).__name__}) does not declare (head_dim, attention_head_size)"
+            )
         if cls.splits_head_dim and width is not None and width % 2:
             problems.append(
                 f"scorer={scorer} splits each head in two halves; {name} has odd head width {width}"
@@ -134,7 +139,10 @@ def attach(model: PreTrainedModel, scorer: str = "ssa", **scorer_keys) -> PreTra
     for i, (_, m) in enumerate(modules):
         layer = m.layer_idx if isinstance(getattr(m, "layer_idx", None), int) else i
         device = next((p.device for p in m.parameters()), None)
-        setattr(m, SCORER_ATTR, build_scorer(cfg, head_count(m), layer=layer).to(device))
+        h, width = head_count(m), head_width(m)
+        # the query width for scorers with per-head maps of q (asentmax); None where not declared
+        n_embd = h * width if width is not None else None
+        setattr(m, SCORER_ATTR, build_scorer(cfg, h, layer=layer, n_embd=n_embd).to(device))
     setattr(model.config, CONFIG_KEY, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
     model.set_attn_implementation(ATTN_NAME)
     return model

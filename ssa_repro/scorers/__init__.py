@@ -3,6 +3,7 @@
 import inspect
 
 from ssa_repro.scorers import (  # noqa: F401  (fill the registry)
+    asentmax,
     cog,
     cosformer,
     diff,
