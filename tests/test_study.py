@@ -394,3 +394,35 @@ def test_a_killed_study_stops_its_workers_and_says_how_to_resume(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_index_grows_while_the_study_runs(tmp_path, monkeypatch):
+    """index.csv names the jobs finished so far while the study runs (and when it is stopped), so the
+    report can use them; it used to be written only once every job had finished."""
+    todo = study.jobs(study.load("quick"))
+    root = tmp_path / "study"
+    seen = {}
+
+    def fake(job, s, root_, index, n_jobs):
+        if index == 2:
+            seen["index"] = list(pd.read_csv(root / "index.csv").job)
+        return [{"group": job.group, "job": job.name, "evaluation": "grid"}]
+
+    monkeypatch.setattr(study, "run_one", fake)
+    monkeypatch.setattr(study, "INDEX_EVERY_S", -1.0)  # rewrite after every job
+    study.run("quick", root, n_jobs=1)
+    assert seen["index"] == [j.name for j in todo[:2]]
+    assert list(pd.read_csv(root / "index.csv").job) == [j.name for j in todo]
+
+
+def test_merged_index_keeps_earlier_rows_while_running_and_names_the_jobs_at_the_end():
+    old = pd.DataFrame(
+        [{"group": "g1", "job": "a", "v": 0}, {"group": "g1", "job": "b", "v": 0}, {"group": "g2", "job": "c", "v": 0}]
+    )
+    results = [([{"group": "g1", "job": "b", "v": 1}, {"group": "g1", "job": "b", "v": 2}], ""), ([], "x failed")]
+    running = study.merged_index(old, results, None, final=False)
+    assert sorted(zip(running.job, running.v)) == [("a", 0), ("b", 1), ("b", 2), ("c", 0)]
+    assert list(study.merged_index(old, results, None, final=True).job) == ["b", "b"]
+    done = study.merged_index(old, results, ("g1",), final=True)
+    assert sorted(zip(done.job, done.v)) == [("b", 1), ("b", 2), ("c", 0)]
+    assert study.read_index(Path("/nonexistent/index.csv")) is None

@@ -250,6 +250,41 @@ def select_groups(todo: list[Job], groups: tuple[str, ...] | None, study: DictCo
     return [j for j in todo if j.group in groups]
 
 
+INDEX_EVERY_S = 20.0  # while a study runs, its index.csv is rewritten at most this often
+
+
+def read_index(path: Path) -> pd.DataFrame | None:
+    """A study's index.csv, or None where there is none or it has no rows."""
+    try:
+        return pd.read_csv(path)
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        return None
+
+
+def merged_index(
+    old: pd.DataFrame | None, results: list[tuple[list[dict], str]], groups, final: bool
+) -> pd.DataFrame:
+    """The study's index: the rows of the jobs finished in this invocation (``results``), plus rows
+    indexed before. While it runs (``final`` false) every earlier row is kept unless its job was
+    re-indexed now, so a study stopped part-way still has an index of all it finished; at the end
+    (``final``) the index is this invocation's jobs, plus the other groups' rows when ``groups`` ran
+    only some (a finished study's index then names exactly its jobs)."""
+    new = pd.DataFrame([r for rows, _ in results for r in rows])
+    if old is None or old.empty:
+        return new
+    if final:
+        if not groups:
+            return new
+        keep = old[~old.group.isin(groups)]
+    else:
+        keys = [c for c in ("group", "job") if c in old.columns and c in new.columns]
+        if not keys:
+            return pd.concat([old, new], ignore_index=True)
+        seen = set(map(tuple, new[keys].drop_duplicates().itertuples(index=False)))
+        keep = old[[tuple(k) not in seen for k in old[keys].itertuples(index=False)]]
+    return pd.concat([keep, new], ignore_index=True)
+
+
 @contextlib.contextmanager
 def workers_stop_on_sigterm():
     """SIGTERM (``kill <pid>``, a scheduler's stop) raises KeyboardInterrupt while the jobs run, as
@@ -291,15 +326,26 @@ def run(
     root.mkdir(parents=True, exist_ok=True)
     log.info("study %s: %d jobs in %s, %d at a time", study.name, len(todo), root, n_jobs)
     t0 = time.perf_counter()
-    with workers_stop_on_sigterm():
-        results = Parallel(n_jobs=n_jobs, backend="loky", verbose=10)(
-            delayed(run_one_or_fail)(job, study, root, i, n_jobs) for i, job in enumerate(todo)
-        )
-    index = pd.DataFrame([r for rows, _ in results for r in rows])
-    if groups and (root / "index.csv").exists():  # keep the other groups' rows
-        old = pd.read_csv(root / "index.csv")
-        index = pd.concat([old[~old.group.isin(groups)], index], ignore_index=True)
-    write_text(root / "index.csv", index.to_csv(index=False))
+    index_file = root / "index.csv"
+    old = read_index(index_file)
+    results: list[tuple[list[dict], str]] = []
+    last_write = time.monotonic()
+    try:
+        with workers_stop_on_sigterm():
+            # "generator": results in job order as they come, so the index grows while the study runs
+            for result in Parallel(n_jobs=n_jobs, backend="loky", verbose=10, return_as="generator")(
+                delayed(run_one_or_fail)(job, study, root, i, n_jobs) for i, job in enumerate(todo)
+            ):
+                results.append(result)
+                if time.monotonic() - last_write > INDEX_EVERY_S and result[0]:
+                    write_text(index_file, merged_index(old, results, None, final=False).to_csv(index=False))
+                    last_write = time.monotonic()
+    except KeyboardInterrupt:  # stopped: index what finished, so the report can use it
+        partial = merged_index(old, results, None, final=False)
+        if not partial.empty:
+            write_text(index_file, partial.to_csv(index=False))
+        raise
+    write_text(index_file, merged_index(old, results, groups, final=True).to_csv(index=False))
     wall = root / "wall_seconds.txt"  # one line per invocation (a resumed study adds one)
     previous = wall.read_text() if wall.exists() else ""
     write_text(wall, previous + f"{time.perf_counter() - t0:.0f}\n")
