@@ -426,3 +426,13 @@ def test_merged_index_keeps_earlier_rows_while_running_and_names_the_jobs_at_the
     done = study.merged_index(old, results, ("g1",), final=True)
     assert sorted(zip(done.job, done.v)) == [("b", 1), ("b", 2), ("c", 0)]
     assert study.read_index(Path("/nonexistent/index.csv")) is None
+
+
+def test_the_wall_time_has_one_line_per_invocation_also_when_rewritten_while_running(tmp_path, monkeypatch):
+    monkeypatch.setattr(study, "run_one", lambda job, s, r, i, n: [{"group": job.group, "job": job.name}])
+    monkeypatch.setattr(study, "INDEX_EVERY_S", -1.0)  # rewritten after every job
+    root = tmp_path / "study"
+    study.run("quick", root, n_jobs=1)
+    study.run("quick", root, n_jobs=1)  # resumed: a second line
+    lines = (root / "wall_seconds.txt").read_text().splitlines()
+    assert len(lines) == 2 and all(float(x) >= 0 for x in lines)

@@ -250,7 +250,7 @@ def select_groups(todo: list[Job], groups: tuple[str, ...] | None, study: DictCo
     return [j for j in todo if j.group in groups]
 
 
-INDEX_EVERY_S = 20.0  # while a study runs, its index.csv is rewritten at most this often
+INDEX_EVERY_S = 20.0  # while a study runs, its index.csv (and wall time) is rewritten at most this often
 
 
 def read_index(path: Path) -> pd.DataFrame | None:
@@ -328,6 +328,15 @@ def run(
     t0 = time.perf_counter()
     index_file = root / "index.csv"
     old = read_index(index_file)
+    wall = root / "wall_seconds.txt"  # one line per invocation (a resumed study adds one)
+    walls = wall.read_text() if wall.exists() else ""
+
+    def write_progress(index: pd.DataFrame) -> None:
+        """The index so far and this invocation's wall time so far (its line is rewritten each time)."""
+        if not index.empty:
+            write_text(index_file, index.to_csv(index=False))
+        write_text(wall, walls + f"{time.perf_counter() - t0:.0f}\n")
+
     results: list[tuple[list[dict], str]] = []
     last_write = time.monotonic()
     try:
@@ -338,17 +347,13 @@ def run(
             ):
                 results.append(result)
                 if time.monotonic() - last_write > INDEX_EVERY_S and result[0]:
-                    write_text(index_file, merged_index(old, results, None, final=False).to_csv(index=False))
+                    write_progress(merged_index(old, results, None, final=False))
                     last_write = time.monotonic()
     except KeyboardInterrupt:  # stopped: index what finished, so the report can use it
-        partial = merged_index(old, results, None, final=False)
-        if not partial.empty:
-            write_text(index_file, partial.to_csv(index=False))
+        write_progress(merged_index(old, results, None, final=False))
         raise
     write_text(index_file, merged_index(old, results, groups, final=True).to_csv(index=False))
-    wall = root / "wall_seconds.txt"  # one line per invocation (a resumed study adds one)
-    previous = wall.read_text() if wall.exists() else ""
-    write_text(wall, previous + f"{time.perf_counter() - t0:.0f}\n")
+    write_progress(pd.DataFrame())
     failed = [why for _, why in results if why]
     write_text(root / "failures.txt", "".join(f"{why}\n" for why in failed))  # empty: none this time
     if failed:
