@@ -154,6 +154,9 @@ def test_mqar_with_alibi_and_ssa_trains_and_evaluates(tmp_path):
     quick = summary["evaluations"]["quick"]
     assert quick["evaluation"] == "grid" and quick["metric"] == "token_error"
     assert 0.0 <= quick["in_distribution"]["model"] <= 1.0
+    # the floors: guessing a value token (128 of them) is wrong about 127/128 of the time
+    floors = quick["in_distribution"]
+    assert floors["random_token"] > 0.9 and floors["majority_token"] > 0.9, floors
 
 
 @pytest.mark.slow
@@ -164,3 +167,33 @@ def test_the_length_quick_study_runs_end_to_end(tmp_path):
     assert len(index.job.unique()) == len(study.jobs(study.load("length_quick")))
     assert set(zip(index.task, index.evaluation)) == {("every_num", "grid_quantifier"), ("mqar", "grid_mqar")}
     assert set(index.arch) == {"learned", "alibi"}
+
+
+# ------------------------------------------------------------------ guesses (the token tasks' baselines)
+def test_majority_and_random_token_guesses_against_a_direct_count():
+    from ssa_repro.tasks.baselines import majority_token, random_token
+
+    tokens = torch.tensor([[5, 6, 7, 8], [9, 9, 9, 9]])
+    targets = torch.tensor([[3, IGNORE, 3, 4], [4, 3, IGNORE, IGNORE]])  # scored: 3, 3, 4, 4, 3
+    maj = majority_token(tokens, targets)
+    assert maj.shape[:2] == tokens.shape and (maj.argmax(-1) == 3).all()
+    guess = random_token(tokens, targets).argmax(-1)
+    assert set(guess.flatten().tolist()) <= {3, 4}
+    assert torch.equal(guess, random_token(tokens, targets).argmax(-1))  # seeded: the same guesses
+    # over many positions each distinct answer is drawn about equally often (chance = 1 − 1/K)
+    many = torch.zeros(64, 500, dtype=torch.long)
+    t = torch.arange(64 * 500).remainder(10).view(64, 500)  # 10 answers, equally often
+    share = (random_token(many, t).argmax(-1) == t).float().mean().item()
+    assert abs(share - 0.1) < 0.01, share
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_token_tasks_declare_the_guesses_and_other_kinds_are_refused(name):
+    from ssa_repro.tasks.baselines import problems as baseline_problems
+
+    grid = TASKS.get(name).evaluation.grid
+    assert grid.baselines == ("majority_token", "random_token")
+    assert baseline_problems(grid.baselines, False, tokens=True) == []
+    [msg] = baseline_problems(["least_squares"], False, tokens=True)
+    assert "do not apply to a token task" in msg and "majority_token" in msg
+    assert baseline_problems(["random_token"], False) != []  # not a regressor

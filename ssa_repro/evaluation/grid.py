@@ -179,7 +179,7 @@ class GridEvaluation(Evaluator):
                 f"eval.skip_first={c.skip_first} must be < the shortest of eval.lengths={_list(c.lengths)} "
                 "(no prediction of the shortest prompts would be scored)"
             )
-        out += baseline_problems(c.baselines, bool(self.task.classification))
+        out += baseline_problems(c.baselines, bool(self.task.classification), tokens=self.task.tokens)
         if c.nested and not self.run_cfg.model.causal:
             out.append("eval.nested=true needs a causal model (model.causal=true): use eval.nested=false")
         return out

@@ -137,6 +137,7 @@ class Task:
     metric: str  # the name of ``error``'s metric, for tables
     evaluation: Evaluation | None = None  # a task without one cannot be evaluated (said loudly)
     classification: bool = False  # outputs are logits of a ±1 label (error = wrong sign), not values
+    tokens: bool = False  # outputs are logits over a token vocabulary (tasks/tokens.py)
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -11,6 +11,13 @@ sees x_1..x_i (the model reads it at the x_i token). ``cumulative_and`` is "ever
 ``sign_x`` is the context-free answer (what a model that reads only the current number says);
 ``sign_of_largest`` answers with the sign of the largest |x_j| so far (the paper's "prediction follows
 the largest element"); ``always_true`` / ``always_false`` are the constant answers.
+
+Guesses (the token tasks, ``TOKEN_GUESSES``) map tokens [B, T] and targets [B, P] (IGNORE where not
+scored) to logits [B, T, V] whose argmax is the guess at every position: ``majority_token`` answers
+the most frequent scored target of the batch everywhere (the constant-answer floor), ``random_token``
+a uniformly random one of the batch's distinct scored targets per position (chance: token error
+≈ 1 − 1/(number of possible answers) when the batch shows them all; a fixed seed, so it is the same
+on every model's prompts). Neither reads the prompt: a model must beat both to have used it.
 """
 
 from __future__ import annotations
@@ -107,18 +114,24 @@ def tree(xs: torch.Tensor, ys: torch.Tensor, max_depth: int = 4) -> torch.Tensor
 NEEDS_SKLEARN = ("lasso", "tree")
 
 
-def problems(names, classification: bool | None = None) -> list[str]:
-    """Unknown baselines, those of the other kind (label rules for a classification task, regressors
-    otherwise; ``classification=None``: not checked), and those whose optional package is missing."""
+def problems(names, classification: bool | None = None, tokens: bool = False) -> list[str]:
+    """Unknown baselines, those of the other kind (label rules for a classification task, guesses for a
+    token task, regressors otherwise; ``classification=None``: not checked), and those whose optional
+    package is missing."""
     out = []
     unknown = [b for b in names if b not in BASELINES]
     if unknown:
         out.append(f"eval.baselines has {unknown}; allowed: {', '.join(BASELINES)}")
     if classification is not None:
-        allowed = LABEL_RULES if classification else tuple(b for b in BASELINES if b not in LABEL_RULES)
+        if tokens:
+            allowed, kind = TOKEN_GUESSES, "a token task (guesses)"
+        elif classification:
+            allowed, kind = LABEL_RULES, "a classification task (label rules)"
+        else:
+            allowed = tuple(b for b in BASELINES if b not in LABEL_RULES + TOKEN_GUESSES)
+            kind = "a regression task"
         wrong = [b for b in names if b in BASELINES and b not in allowed]
         if wrong:
-            kind = "a classification task (label rules)" if classification else "a regression task"
             out.append(f"eval.baselines {wrong} do not apply to {kind}; allowed: {', '.join(allowed)}")
     need = [b for b in names if b in NEEDS_SKLEARN]
     if need and importlib.util.find_spec("sklearn") is None:
@@ -197,6 +210,37 @@ def sign_of_largest(xs: torch.Tensor, ys: torch.Tensor | None = None) -> torch.T
     return _signs(xs.gather(1, idx) > 0)
 
 
+def _scored(targets: torch.Tensor) -> torch.Tensor:
+    return targets[targets >= 0]  # IGNORE (−100) positions are not scored
+
+
+def _one_hot_logits(ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    return torch.nn.functional.one_hot(ids, vocab).float()  # [..] -> [.., V], argmax = ids
+
+
+def majority_token(tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """[B, T, V]: the batch's most frequent scored target at every position (ties: the smallest id)."""
+    scored = _scored(targets)
+    vocab = int(max(tokens.max(), scored.max())) + 1
+    top = torch.bincount(scored, minlength=vocab).argmax()
+    return _one_hot_logits(top.expand(tokens.shape), vocab)
+
+
+RANDOM_TOKEN_SEED = 0
+
+
+def random_token(tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """[B, T, V]: per position, a uniformly random one of the batch's distinct scored targets
+    (seeded: the same guesses for the same prompts)."""
+    answers = torch.unique(_scored(targets))  # [K]
+    vocab = int(max(tokens.max(), answers.max())) + 1
+    g = torch.Generator(device="cpu").manual_seed(RANDOM_TOKEN_SEED)
+    pick = torch.randint(0, len(answers), tokens.shape, generator=g)
+    return _one_hot_logits(answers.cpu()[pick], vocab).to(tokens.device)
+
+
+TOKEN_GUESSES = ("majority_token", "random_token")
+
 LABEL_RULES = ("always_true", "always_false", "sign_x", "cumulative_and", "cumulative_or", "sign_of_largest")
 
 BASELINES = {
@@ -214,4 +258,6 @@ BASELINES = {
     "cumulative_and": cumulative_and,
     "cumulative_or": cumulative_or,
     "sign_of_largest": sign_of_largest,
+    "majority_token": majority_token,
+    "random_token": random_token,
 }

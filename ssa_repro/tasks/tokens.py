@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ssa_repro.tasks.base import Batch, Evaluation, Grid, Metric, Task
+from ssa_repro.tasks.baselines import TOKEN_GUESSES
 
 IGNORE = -100
 
@@ -54,6 +55,7 @@ def token_evaluation(
             },
             metrics=(Metric("token_error"), Metric("sequence_error")),
             headline="token_error",
+            baselines=TOKEN_GUESSES,  # the floors a model must beat (tasks/baselines.py)
         ),
         supports=("grid",),
     )
@@ -61,6 +63,7 @@ def token_evaluation(
 
 class TokenTask(Task):
     metric = "token_error"
+    tokens = True
     setting = "none (the grid's σ axis is ignored: 1)"  # what the grid's sigma_x means for this task
 
     def vocab_size(self) -> int:
