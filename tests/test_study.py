@@ -423,8 +423,10 @@ def test_merged_index_keeps_earlier_rows_while_running_and_names_the_jobs_at_the
     running = study.merged_index(old, results, None, final=False)
     assert sorted(zip(running.job, running.v)) == [("a", 0), ("b", 1), ("b", 2), ("c", 0)]
     assert list(study.merged_index(old, results, None, final=True).job) == ["b", "b"]
-    done = study.merged_index(old, results, ("g1",), final=True)
+    done = study.merged_index(old, results, {("g1", "a"), ("g1", "b")}, final=True)  # ran g1 (a failed)
     assert sorted(zip(done.job, done.v)) == [("b", 1), ("b", 2), ("c", 0)]
+    done = study.merged_index(old, results, {("g1", "b")}, final=True)  # ran b only: a's rows kept
+    assert sorted(zip(done.job, done.v)) == [("a", 0), ("b", 1), ("b", 2), ("c", 0)]
     assert study.read_index(Path("/nonexistent/index.csv")) is None
 
 
@@ -436,3 +438,13 @@ def test_the_wall_time_has_one_line_per_invocation_also_when_rewritten_while_run
     study.run("quick", root, n_jobs=1)  # resumed: a second line
     lines = (root / "wall_seconds.txt").read_text().splitlines()
     assert len(lines) == 2 and all(float(x) >= 0 for x in lines)
+
+
+def test_tasks_and_groups_select_jobs_and_unknown_names_are_refused():
+    s = study.load("icl_cpu")
+    todo = study.jobs(s)
+    some = study.select_groups(todo, ("architecture",), s, ("every_num",))
+    assert some and {(j.group, j.task) for j in some} == {("architecture", "every_num")}
+    assert len(study.select_groups(todo, None, s, ("every_num",))) == sum(j.task == "every_num" for j in todo)
+    with pytest.raises(SystemExit, match="no task\\(s\\) \\['evry'\\]; known: linear"):
+        study.select_groups(todo, None, s, ("evry",))

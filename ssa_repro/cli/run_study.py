@@ -5,6 +5,7 @@
     python scripts/study.py quick                   # the same pipeline on tiny settings
     python scripts/study.py icl_cpu --jobs 14 --set device=cpu   # a many-core machine, CPU only
     python scripts/study.py early_cpu --groups curves_mlm       # some groups only (the others' results kept)
+    python scripts/study.py icl_cpu --groups architecture --tasks every_num   # and some tasks only
 
 The matrix is ``conf/study/<name>.yaml``; runs go to ``outputs/study/<name>/`` (``--root``); the report to
 ``docs/results/<name>.md`` with its figures beside it (``--out``; the quick study's report stays in its
@@ -54,6 +55,10 @@ def main(argv=None) -> int:
     p.add_argument(
         "--groups", nargs="*", default=None, metavar="GROUP", help="run only these groups (default: all)"
     )
+    p.add_argument(
+        "--tasks", nargs="*", default=None, metavar="TASK",
+        help="run only these of the study's tasks (e.g. every_num: a headline first; default: all)",
+    )
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
     cfg = study.load(a.name)
@@ -61,7 +66,10 @@ def main(argv=None) -> int:
     root = Path(a.root or Path("outputs") / "study" / cfg.name)
     if not a.report_only:
         try:
-            study.run(a.name, root, a.jobs, tuple(a.set), tuple(a.groups) if a.groups else None)
+            study.run(
+                a.name, root, a.jobs, tuple(a.set), tuple(a.groups) if a.groups else None,
+                tuple(a.tasks) if a.tasks else None,
+            )
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the workers are stopped (study.run)
             print(f"study {cfg.name} stopped ({e or 'interrupted'}); its workers were stopped. Finished jobs "
                   f"are kept: rerun the same command to resume.", file=sys.stderr)

@@ -238,16 +238,20 @@ def step_problems(study: DictConfig, key: str, cfg: DictConfig) -> list[str]:
     return out
 
 
-def select_groups(todo: list[Job], groups: tuple[str, ...] | None, study: DictConfig) -> list[Job]:
-    """The jobs of ``groups`` only (all when None); an unknown group stops, naming the known ones."""
-    if not groups:
-        return todo
-    unknown = [g for g in groups if g not in study.groups]
+def select_groups(
+    todo: list[Job], groups: tuple[str, ...] | None, study: DictConfig, tasks: tuple[str, ...] | None = None
+) -> list[Job]:
+    """The jobs of ``groups`` and ``tasks`` only (all when None); an unknown name stops, naming the
+    known ones. ``tasks`` are the study's task names (``every_num``), to run a headline first."""
+    unknown = [g for g in groups or () if g not in study.groups]
     if unknown:
         raise SystemExit(
             f"Error: study {study.name} has no group(s) {unknown}; known: {', '.join(study.groups)}"
         )
-    return [j for j in todo if j.group in groups]
+    unknown = [t for t in tasks or () if t not in study.tasks]
+    if unknown:
+        raise SystemExit(f"Error: study {study.name} has no task(s) {unknown}; known: {', '.join(study.tasks)}")
+    return [j for j in todo if (not groups or j.group in groups) and (not tasks or j.task in tasks)]
 
 
 INDEX_EVERY_S = 20.0  # while a study runs, its index.csv (and wall time) is rewritten at most this often
@@ -262,26 +266,26 @@ def read_index(path: Path) -> pd.DataFrame | None:
 
 
 def merged_index(
-    old: pd.DataFrame | None, results: list[tuple[list[dict], str]], groups, final: bool
+    old: pd.DataFrame | None,
+    results: list[tuple[list[dict], str]],
+    ran: set[tuple[str, str]] | None,
+    final: bool,
 ) -> pd.DataFrame:
     """The study's index: the rows of the jobs finished in this invocation (``results``), plus rows
     indexed before. While it runs (``final`` false) every earlier row is kept unless its job was
-    re-indexed now, so a study stopped part-way still has an index of all it finished; at the end
-    (``final``) the index is this invocation's jobs, plus the other groups' rows when ``groups`` ran
-    only some (a finished study's index then names exactly its jobs)."""
+    re-indexed now, so a study stopped part-way still has an index of all it finished. At the end
+    (``final``) the earlier rows of the jobs this invocation ran (``ran``: (group, job) pairs; None:
+    the whole study) are replaced by theirs — a failed job's dropped — and the others' kept, so a
+    finished study's index names exactly its jobs."""
     new = pd.DataFrame([r for rows, _ in results for r in rows])
-    if old is None or old.empty:
+    keys = ["group", "job"]
+    if old is None or old.empty or not set(keys) <= set(old.columns) or (final and ran is None):
         return new
     if final:
-        if not groups:
-            return new
-        keep = old[~old.group.isin(groups)]
-    else:
-        keys = [c for c in ("group", "job") if c in old.columns and c in new.columns]
-        if not keys:
-            return pd.concat([old, new], ignore_index=True)
-        seen = set(map(tuple, new[keys].drop_duplicates().itertuples(index=False)))
-        keep = old[[tuple(k) not in seen for k in old[keys].itertuples(index=False)]]
+        drop = ran
+    else:  # the jobs indexed now
+        drop = set(map(tuple, new[keys].itertuples(index=False))) if not new.empty else set()
+    keep = old[[tuple(k) not in drop for k in old[keys].itertuples(index=False)]]
     return pd.concat([keep, new], ignore_index=True)
 
 
@@ -311,15 +315,18 @@ def run(
     n_jobs: int = 2,
     extra: tuple[str, ...] = (),
     groups: tuple[str, ...] | None = None,
+    tasks: tuple[str, ...] | None = None,
 ) -> Path:
     """Run (or resume) every job of study ``name``; returns the study folder (with ``index.csv``). Every
     job's config is checked first: a problem stops the study before anything is written. A job that
     fails does not stop the others: the study runs them all, writes the index of those that finished
     and ``failures.txt``, and exits non-zero naming each failed job (rerun to retry them). ``groups``:
-    only those groups' jobs (the index then holds theirs and those indexed before)."""
+    only those groups' jobs, ``tasks`` only those tasks' (the index then holds theirs and the others
+    indexed before)."""
     study = load(name)
     root = Path(root or Path("outputs") / "study" / study.name)
-    todo = select_groups(jobs(study, tuple(extra)), groups, study)
+    todo = select_groups(jobs(study, tuple(extra)), groups, study, tasks)
+    ran = {(j.group, j.name) for j in todo} if (groups or tasks) else None
     found = problems(study, todo)
     if found:
         raise SystemExit(f"Error: study {study.name}: invalid job configs:\n  - " + "\n  - ".join(found))
@@ -352,7 +359,7 @@ def run(
     except KeyboardInterrupt:  # stopped: index what finished, so the report can use it
         write_progress(merged_index(old, results, None, final=False))
         raise
-    write_text(index_file, merged_index(old, results, groups, final=True).to_csv(index=False))
+    write_text(index_file, merged_index(old, results, ran, final=True).to_csv(index=False))
     write_progress(pd.DataFrame())
     failed = [why for _, why in results if why]
     write_text(root / "failures.txt", "".join(f"{why}\n" for why in failed))  # empty: none this time
