@@ -330,3 +330,16 @@ def test_mismatched_rerun_into_existing_folder_touches_nothing(tmp_path):
     assert proc.returncode != 0 and "cannot resume" in proc.stderr + proc.stdout
     after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     assert after == before  # not even Hydra's .hydra/ record was rewritten
+
+
+def test_a_tree_is_dirty_for_code_changes_but_not_for_documentation():
+    """A study writes its report into docs/results/; that must not mark its later runs dirty."""
+    from ssa_repro.core.provenance import dirty
+
+    assert not dirty("")
+    assert not dirty("?? docs/results/icl_cpu.md\n?? docs/results/icl_cpu/\n M README.md")
+    assert not dirty(" M docs/results/icl_cpu.md\nR  docs/a.md -> docs/b.md")
+    assert dirty(" M ssa_repro/scorers/ssa.py")
+    assert dirty("?? ssa_repro/scorers/new.py")  # an untracked module can be imported
+    assert dirty("?? docs/results/x.md\n M conf/study/icl_cpu.yaml")
+    assert dirty("R  docs/old.py -> ssa_repro/new.py")

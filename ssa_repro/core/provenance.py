@@ -32,13 +32,24 @@ def _version(name: str) -> str | None:
         return None
 
 
+def dirty(status: str) -> bool:
+    """Whether ``git status --porcelain`` output shows a change that can alter a run: any changed or
+    untracked path except documentation (``docs/``, ``*.md``) — a study writes its report into
+    docs/results/, which must not mark the study's later runs as made from a dirty tree."""
+    for line in status.splitlines():
+        path = line[3:].split(" -> ")[-1].strip('"')
+        if not (path.startswith("docs/") or path.endswith(".md")):
+            return True
+    return False
+
+
 def collect(device: torch.device) -> dict:
     status = _git("status", "--porcelain")
     info = {
         "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "argv": sys.argv,
         "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": None if status is None else bool(status),
+        "git_dirty": None if status is None else dirty(status),
         "python": sys.version.split()[0],
         "packages": {p: _version(p) for p in PACKAGES},
         "platform": platform.platform(),
