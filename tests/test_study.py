@@ -373,7 +373,10 @@ def test_a_killed_study_stops_its_workers_and_says_how_to_resume(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, "scripts/study.py", "quick", "--root", str(root), "--jobs", "2"],
-        cwd=Path(__file__).resolve().parents[1], env=env, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 300
@@ -417,9 +420,16 @@ def test_the_index_grows_while_the_study_runs(tmp_path, monkeypatch):
 
 def test_merged_index_keeps_earlier_rows_while_running_and_names_the_jobs_at_the_end():
     old = pd.DataFrame(
-        [{"group": "g1", "job": "a", "v": 0}, {"group": "g1", "job": "b", "v": 0}, {"group": "g2", "job": "c", "v": 0}]
+        [
+            {"group": "g1", "job": "a", "v": 0},
+            {"group": "g1", "job": "b", "v": 0},
+            {"group": "g2", "job": "c", "v": 0},
+        ]
     )
-    results = [([{"group": "g1", "job": "b", "v": 1}, {"group": "g1", "job": "b", "v": 2}], ""), ([], "x failed")]
+    results = [
+        ([{"group": "g1", "job": "b", "v": 1}, {"group": "g1", "job": "b", "v": 2}], ""),
+        ([], "x failed"),
+    ]
     running = study.merged_index(old, results, None, final=False)
     assert sorted(zip(running.job, running.v)) == [("a", 0), ("b", 1), ("b", 2), ("c", 0)]
     assert list(study.merged_index(old, results, None, final=True).job) == ["b", "b"]

@@ -56,7 +56,10 @@ def main(argv=None) -> int:
         "--groups", nargs="*", default=None, metavar="GROUP", help="run only these groups (default: all)"
     )
     p.add_argument(
-        "--tasks", nargs="*", default=None, metavar="TASK",
+        "--tasks",
+        nargs="*",
+        default=None,
+        metavar="TASK",
         help="run only these of the study's tasks (e.g. every_num: a headline first; default: all)",
     )
     a = p.parse_args(argv)
@@ -67,12 +70,19 @@ def main(argv=None) -> int:
     if not a.report_only:
         try:
             study.run(
-                a.name, root, a.jobs, tuple(a.set), tuple(a.groups) if a.groups else None,
+                a.name,
+                root,
+                a.jobs,
+                tuple(a.set),
+                tuple(a.groups) if a.groups else None,
                 tuple(a.tasks) if a.tasks else None,
             )
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the workers are stopped (study.run)
-            print(f"study {cfg.name} stopped ({e or 'interrupted'}); its workers were stopped. Finished jobs "
-                  f"are kept: rerun the same command to resume.", file=sys.stderr)
+            print(
+                f"study {cfg.name} stopped ({e or 'interrupted'}); its workers were stopped. Finished jobs "
+                f"are kept: rerun the same command to resume.",
+                file=sys.stderr,
+            )
             return 130
     out = Path(a.out) if a.out else (root if cfg.name in QUICK else Path("docs") / "results")
     command = "python scripts/study.py " + " ".join(argv if argv is not None else sys.argv[1:])

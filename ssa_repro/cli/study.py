@@ -250,7 +250,9 @@ def select_groups(
         )
     unknown = [t for t in tasks or () if t not in study.tasks]
     if unknown:
-        raise SystemExit(f"Error: study {study.name} has no task(s) {unknown}; known: {', '.join(study.tasks)}")
+        raise SystemExit(
+            f"Error: study {study.name} has no task(s) {unknown}; known: {', '.join(study.tasks)}"
+        )
     return [j for j in todo if (not groups or j.group in groups) and (not tasks or j.task in tasks)]
 
 
