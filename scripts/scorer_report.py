@@ -454,7 +454,9 @@ def main(argv: list[str] | None = None) -> Path:
         f"{torch.get_num_threads()} torch threads",
         flush=True,
     )
-    cost_scorers = scorers if shape[1] == N_HEAD else {o: load_scorer(o, n_head=shape[1]) for o in options}
+    # built for the cost shape [B, H, T, D]: heads H and width H·D (asentmax has per-head maps of q)
+    width = [f"model.n_embd={shape[1] * shape[3]}"]
+    cost_scorers = {o: load_scorer(o, n_head=shape[1], overrides=width) for o in options}
     cost_table, med, agree, differ = cost_section(cost_scorers, shape, args.reps, out)
 
     # ---- comparison with scorers.md
