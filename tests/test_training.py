@@ -343,3 +343,6 @@ def test_a_tree_is_dirty_for_code_changes_but_not_for_documentation():
     assert dirty("?? ssa_repro/scorers/new.py")  # an untracked module can be imported
     assert dirty("?? docs/results/x.md\n M conf/study/icl_cpu.yaml")
     assert dirty("R  docs/old.py -> ssa_repro/new.py")
+    # git output stripped of its first line's leading space (" M path" -> "M path")
+    assert not dirty("M docs/results/icl_cpu/per_seed_grid.csv\n M docs/results/icl_cpu.md")
+    assert dirty("M ssa_repro/a.py")

@@ -37,7 +37,11 @@ def dirty(status: str) -> bool:
     untracked path except documentation (``docs/``, ``*.md``) — a study writes its report into
     docs/results/, which must not mark the study's later runs as made from a dirty tree."""
     for line in status.splitlines():
-        path = line[3:].split(" -> ")[-1].strip('"')
+        if not line.strip():
+            continue
+        # "XY path" (or "XY old -> new"); split rather than slice: a stripped output loses the first
+        # line's leading space (" M path" -> "M path")
+        path = line.split(maxsplit=1)[-1].split(" -> ")[-1].strip('"')
         if not (path.startswith("docs/") or path.endswith(".md")):
             return True
     return False

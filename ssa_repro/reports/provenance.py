@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from ssa_repro.core.provenance import dirty
 from ssa_repro.core.rundir import PROVENANCE
 
 
 def git_state(cwd: Path | None = None) -> tuple[str, bool | None]:
     """(short commit, dirty) of the checkout holding this file (or ``cwd``); ("unknown", None) outside
-    git. Dirty = tracked files modified (``git status --porcelain --untracked-files=no`` non-empty)."""
+    git. Dirty = a tracked file modified, documentation excepted (core.provenance.dirty: the report
+    rewrites its own files under docs/results/)."""
     cwd = Path(cwd or Path(__file__).parent)
 
     def git(*args) -> str:
@@ -28,7 +30,7 @@ def git_state(cwd: Path | None = None) -> tuple[str, bool | None]:
     commit = git("rev-parse", "--short", "HEAD")
     if not commit:
         return "unknown", None
-    return commit, bool(git("status", "--porcelain", "--untracked-files=no"))
+    return commit, dirty(git("status", "--porcelain", "--untracked-files=no"))
 
 
 def run_commits(run_dirs) -> pd.DataFrame:
