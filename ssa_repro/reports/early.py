@@ -35,7 +35,7 @@ from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.evaluation.zorro import PAPER_TABLE3
 from ssa_repro.reports import paired, provenance
 from ssa_repro.reports.paired import JOB_COLUMNS, Claim, Spec
-from ssa_repro.reports.study import finish, section
+from ssa_repro.reports.study import finish, provenance_lines, section
 from ssa_repro.reports.tables import markdown_table
 from ssa_repro.tasks import TASKS
 
@@ -817,10 +817,9 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
     lines = [
         title(name),
         "",
-        provenance.header(command, walls),
-        provenance.commits_summary(starts),
-        f"Per-seed values: {', '.join(f'[`{p.name}`]({name}/{p.name})' for p in paths.values()) or 'none'} "
-        "(one row per job × checkpoint step × method × item × metric; every number below is computed from them).",
+        *provenance_lines(
+            command, walls, starts, name, paths, "job × checkpoint step × method × item × metric"
+        ),
         "",
         "## Findings",
         "",

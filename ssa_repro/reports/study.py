@@ -184,10 +184,7 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
     lines = [
         title(name, setup),
         "",
-        provenance.header(command, walls),
-        provenance.commits_summary(starts),
-        f"Per-seed values: {', '.join(f'[`{p.name}`]({name}/{p.name})' for p in paths.values()) or 'none'} "
-        f"(one row per job × predictor × metric × cell summary; every number below is computed from them).",
+        *provenance_lines(command, walls, starts, name, paths, "job × predictor × metric × cell summary"),
         "",
         "## Findings",
         "",
@@ -362,6 +359,17 @@ def finish(
     )
     write_text(out_dir / f"{name}_claims.csv", out.to_csv(index=False, float_format="%.6g"))
     return path
+
+
+def provenance_lines(command: str, walls, starts, name: str, paths: dict, rows: str) -> list[str]:
+    """A report's opening lines: how and where it was generated, the runs' commits, and links to the
+    per-seed CSVs (``rows``: what one row of them is)."""
+    links = ", ".join(f"[`{p.name}`]({name}/{p.name})" for p in paths.values()) or "none"
+    return [
+        provenance.header(command, walls),
+        provenance.commits_summary(starts),
+        f"Per-seed values: {links} (one row per {rows}; every number below is computed from them).",
+    ]
 
 
 def section(heading: str, text: str, table: pd.DataFrame | None) -> list[str]:
