@@ -113,7 +113,9 @@ def check_report(root: Path, out: Path) -> None:
     assert "commit" in text and "train.steps=40" in text and "trained at commit" in text
     figures = list((out / "quick").glob("*.png"))
     assert figures and all(f.stat().st_size > 1000 for f in figures)
-    csvs = {p.stem.removeprefix("per_seed_"): p for p in (out / "quick").glob("per_seed_*.csv")}
+    csvs = {
+        p.name.removeprefix("per_seed_").split(".")[0]: p for p in (out / "quick").glob("per_seed_*.csv*")
+    }
     assert {"grid", "deviant", "boundary"} <= set(csvs)
 
     # a per-seed value against the raw stored parts: every_num softmax, in-distribution sequence error
@@ -262,6 +264,28 @@ def _synthetic_per_seed(tmp_path) -> dict[str, Path]:
     path = tmp_path / "per_seed_grid.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     return {"grid": path}
+
+
+def test_export_compresses_a_large_part_reproducibly_and_leaves_one_file_per_part(tmp_path, monkeypatch):
+    import gzip
+
+    frame = pd.read_csv(_synthetic_per_seed(tmp_path)["grid"])
+    out = tmp_path / "report"
+    assert paired.export({"grid": frame}, out)["grid"].name == "per_seed_grid.csv"
+    plain_text = (out / "per_seed_grid.csv").read_text()
+    monkeypatch.setattr(paired, "GZIP_ABOVE", 100)  # every part is "large" now
+    big = paired.export({"grid": frame}, out)
+    first = big["grid"].read_bytes()
+    assert big["grid"].name == "per_seed_grid.csv.gz" and first[:2] == b"\x1f\x8b"  # gzip magic
+    assert sorted(p.name for p in out.iterdir()) == ["per_seed_grid.csv.gz"]  # the plain one removed
+    assert gzip.decompress(first).decode() == plain_text  # the same table, compressed
+    # the same rows give the same bytes (no timestamp in the gzip header); read back like the plain one
+    assert paired.export({"grid": frame}, out)["grid"].read_bytes() == first
+    back = paired.read_back(big)
+    assert len(back) == plain_text.count("\n") - 1 and set(back.scorer) == {"softmax", "ssa"}
+    monkeypatch.setattr(paired, "GZIP_ABOVE", 10**9)  # small again: back to plain text, the .gz removed
+    assert paired.export({"grid": frame}, out)["grid"].name == "per_seed_grid.csv"
+    assert sorted(p.name for p in out.iterdir()) == ["per_seed_grid.csv"]
 
 
 def test_claims_are_per_task_and_findings_follow_the_rule_on_a_synthetic_study(tmp_path):

@@ -19,6 +19,7 @@ results by a fixed rule.
 
 from __future__ import annotations
 
+import gzip
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,13 +28,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ssa_repro.core.atomic import write_text
+from ssa_repro.core.atomic import write_bytes, write_text
 from ssa_repro.evaluation import stats
 from ssa_repro.evaluation.store import stored
 
 JOB_COLUMNS = ["group", "task", "scorer", "arch", "train_sigma", "seed"]
 """What names a job (its folder name is made of them): the per-seed files leave the name out."""
 PER_SEED_COLUMNS = [*JOB_COLUMNS, "evaluation", "predictor", "metric", "summary", "value"]
+# A per-seed CSV larger than this is written gzip-compressed: the full ICL study's deviant part is over
+# 2 MB as text (every seed × magnitude × count × position), above what a commit should carry.
+GZIP_ABOVE = 1_000_000
 """A per-seed row: the job, the evaluation key, the predictor (``model`` or a baseline), the metric and
 which cell summary (e.g. ``sigma_shift``,
 ``sigma=16 length=80``) of the job's stored cells the value is."""
@@ -100,7 +104,7 @@ def export(
     free: tuple[str, ...] = ("evaluation", "value"),
     unsorted: int = 1,
 ) -> dict[str, Path]:
-    """``<out_dir>/per_seed_<part>.csv`` per non-empty part: ``columns`` (default: one row per job ×
+    """``<out_dir>/per_seed_<part>.csv`` per non-empty part (``.csv.gz`` above :data:`GZIP_ABOVE` bytes): ``columns`` (default: one row per job ×
     predictor × metric × summary; a study report may pass its own layout), sorted by every column but
     the last ``unsorted``, values with 6 significant digits (small files, and the precision every number of the
     report is computed at). One value per row key (the columns not in ``free``): where two evaluation
@@ -111,8 +115,19 @@ def export(
             continue
         f = frame[columns].sort_values(columns[:-unsorted], kind="stable")
         f = f.drop_duplicates([c for c in columns if c not in free])
-        path = Path(out_dir) / f"per_seed_{part}.csv"
-        write_text(path, f.to_csv(index=False, float_format="%.6g"))
+        text = f.to_csv(index=False, float_format="%.6g")
+        plain = Path(out_dir) / f"per_seed_{part}.csv"
+        packed = plain.with_name(plain.name + ".gz")
+        # A large part goes gzip-compressed (pandas reads either; mtime=0 so the same rows give the
+        # same bytes and a regenerated report does not change a committed file for nothing); the
+        # other form of the same part, left by an earlier report, is removed so one file holds it.
+        if len(text) > GZIP_ABOVE:
+            path, stale = packed, plain
+            write_bytes(path, gzip.compress(text.encode(), compresslevel=9, mtime=0))
+        else:
+            path, stale = plain, packed
+            write_text(path, text)
+        stale.unlink(missing_ok=True)
         paths[part] = path
     return paths
 
