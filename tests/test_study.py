@@ -486,3 +486,11 @@ def test_tasks_and_groups_select_jobs_and_unknown_names_are_refused():
     assert len(study.select_groups(todo, None, s, ("every_num",))) == sum(j.task == "every_num" for j in todo)
     with pytest.raises(SystemExit, match="no task\\(s\\) \\['evry'\\]; known: linear"):
         study.select_groups(todo, None, s, ("evry",))
+
+
+def test_a_ladder_title_names_every_rung_and_the_core_title_its_size():
+    ladder = OmegaConf.to_container(study.load("icl_scale"))
+    head = report.title("icl_scale", ladder)
+    assert all(a in head for a in ("A_2L32_3k", "B_2L32_12k", "C_4L64_12k")), head
+    core = report.title("icl_cpu", OmegaConf.to_container(study.load("icl_cpu")))
+    assert "2-layer, width-32" in core and "3000 steps" in core

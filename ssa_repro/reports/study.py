@@ -75,10 +75,10 @@ def title(name: str, setup: dict | None) -> str:
 
     size = f"{val('model.n_layer')}-layer, width-{val('model.n_embd')}"
     steps = val("train.steps")
-    sized = [a for a, ov in (setup or {}).get("archs", {}).items() if any("n_layer" in o for o in ov)]
-    if sized:  # the architectures set the size (a scale ladder)
+    archs = (setup or {}).get("archs", {})
+    if any("n_layer" in o for ov in archs.values() for o in ov):  # the archs set the size: a scale ladder
         return (
-            f"# {name}: what small transformers on a CPU ({', '.join(sized)}) can show about SSA's "
+            f"# {name}: what small transformers on a CPU ({', '.join(archs)}) can show about SSA's "
             "in-context-learning claims as they grow — not the paper's scale"
         )
     del base
