@@ -118,6 +118,11 @@ def task_rows(lm, root, names, shots, limit, backend, folder: Path, base: dict) 
     """Long-form rows (task, shots, metric, value, stderr, n, backend) for every task and shot count;
     per task also its ``chance`` and ``majority`` levels on the items scored (:func:`chance`)."""
     rows = []
+
+    def row(name, k, n, metric, value, err) -> dict:
+        out = {**base, "benchmark": name, "paper_row": mc.TASKS[name].paper, "shots": k, "metric": metric}
+        return out | {"value": value, "stderr": err, "n": n, "backend": backend}
+
     for k in shots:
         if backend == "lm_eval":
             res = lm_eval_adapter.run_harness(lm, root, list(names), k, limit, folder / "lm_eval_tasks")
@@ -134,34 +139,10 @@ def task_rows(lm, root, names, shots, limit, backend, folder: Path, base: dict) 
                 value, err = val
                 if metric in ("acc", "acc_norm") and not (err == err) and n and n > 1:  # nan: closed form
                     err = math.sqrt(value * (1 - value) / (n - 1))
-                rows.append(
-                    {
-                        **base,
-                        "benchmark": name,
-                        "paper_row": mc.TASKS[name].paper,
-                        "shots": k,
-                        "metric": metric,
-                        "value": value,
-                        "stderr": err,
-                        "n": n,
-                        "backend": backend,
-                    }
-                )
+                rows.append(row(name, k, n, metric, value, err))
             items = mc.load_items(root, name)
             for metric, value in chance(items[:limit] if limit else items).items():
-                rows.append(
-                    {
-                        **base,
-                        "benchmark": name,
-                        "paper_row": mc.TASKS[name].paper,
-                        "shots": k,
-                        "metric": metric,
-                        "value": value,
-                        "stderr": math.nan,
-                        "n": n,
-                        "backend": backend,
-                    }
-                )
+                rows.append(row(name, k, n, metric, value, math.nan))
             log.info(
                 "lm: %s %d-shot %s", name, k, {m: round(v[0], 4) for m, v in res[name].items() if m != "n"}
             )

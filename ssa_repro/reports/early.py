@@ -95,14 +95,19 @@ def _stem(paradigm: str) -> str:
     return paradigm
 
 
+def _cells(index: pd.DataFrame, kind: str):
+    """The stored cells (every step) of each evaluation key of ``kind`` in the index, non-empty ones."""
+    keys = sorted(set(index[index["eval"] == kind].evaluation)) if "eval" in index else []
+    for key in keys:
+        c = paired.read_cells(index, key, steps="all")
+        if not c.empty:
+            yield c
+
+
 def zorro_part(index: pd.DataFrame) -> pd.DataFrame:
     """Per-seed rows of every ``zorro`` evaluation key of the index, at every stored step."""
     out = []
-    keys = sorted(set(index[index["eval"] == "zorro"].evaluation)) if "eval" in index else []
-    for key in keys:
-        c = paired.read_cells(index, key, steps="all")
-        if c.empty:
-            continue
+    for c in _cells(index, "zorro"):
         acc = c[c.metric == "accuracy"]
         out.append(
             acc.assign(
@@ -128,11 +133,7 @@ def zorro_part(index: pd.DataFrame) -> pd.DataFrame:
 def lm_part(index: pd.DataFrame) -> pd.DataFrame:
     """Per-seed rows of every ``lm`` evaluation key of the index, at every stored step."""
     out = []
-    keys = sorted(set(index[index["eval"] == "lm"].evaluation)) if "eval" in index else []
-    for key in keys:
-        c = paired.read_cells(index, key, steps="all")
-        if c.empty:
-            continue
+    for c in _cells(index, "lm"):
         ppl = c[(c.metric == "perplexity") & c.split.notna()] if "split" in c else c.iloc[:0]
         out.append(ppl.assign(method="stream", item=ppl.split, n=ppl.n)[COLUMNS])
         if "benchmark" not in c:
