@@ -127,7 +127,7 @@ def test_sigterm_during_the_end_of_run_evaluation_stops_it_non_zero(tmp_path):
             "model.n_layers is not a key of model (ModelConfig); valid keys: name, n_layer",
         ),
         (["model.n_layers=2"], "did you mean n_layer?"),
-        (["hydra.run.dir=/tmp/a", "b"], "'b' is not key=value"),
+        (["hydra.run.dir=runs/a", "b"], "'b' is not key=value"),
         (["model.n_embd=100000000"], "model.n_embd"),
         (["task.name=é"], "must be quoted, with the shell's quotes around it: 'task.name=\"é\"'"),
     ],

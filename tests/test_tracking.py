@@ -361,7 +361,7 @@ def test_outside_lines_are_recognised():
     dns = '9 connect(6, {sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("10.255.255.53")}, 16) = 0'
     web = '9 connect(6, {sa_family=AF_INET6, sin6_port=htons(443), inet_pton(AF_INET6, "2600::1", &sin6_addr)}, 28)'
     local = '9 connect(6, {sa_family=AF_INET, sin_port=htons(8080), sin_addr=inet_addr("127.0.0.1")}, 16) = 0'
-    unix = '9 connect(7, {sa_family=AF_UNIX, sun_path="/tmp/wandb-1/socket"}, 40) = 0'
+    unix = '9 connect(7, {sa_family=AF_UNIX, sun_path="/run/wandb-1/socket"}, 40) = 0'
     assert _outside(dns) and _outside(web) and not _outside(local) and not _outside(unix)
 
 
