@@ -5,6 +5,7 @@ findings recomputed from the published CSVs."""
 from __future__ import annotations
 
 import glob
+import gzip
 import itertools
 import json
 from pathlib import Path
@@ -267,8 +268,6 @@ def _synthetic_per_seed(tmp_path) -> dict[str, Path]:
 
 
 def test_export_compresses_a_large_part_reproducibly_and_leaves_one_file_per_part(tmp_path, monkeypatch):
-    import gzip
-
     frame = pd.read_csv(_synthetic_per_seed(tmp_path)["grid"])
     out = tmp_path / "report"
     assert paired.export({"grid": frame}, out)["grid"].name == "per_seed_grid.csv"
