@@ -81,8 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     py = sys.executable
+    # test_fast_paths' kernel value checks (expected failures on CPU) and test_devices' GPU selection run
+    # for real where CUDA is present
+    cuda_tests = ["tests/test_cuda.py", "tests/test_fast_paths.py", "tests/test_devices.py"]
     steps = [
-        run_step("CUDA tests", [py, "-m", "pytest", "-q", "-rs", "tests/test_cuda.py"]),
+        run_step("CUDA tests", [py, "-m", "pytest", "-q", "-rfsxX", *cuda_tests]),
         run_step("speed table", [py, "scripts/bench.py", "--device", "cuda"], full_output=True),
     ]
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:

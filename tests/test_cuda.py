@@ -33,6 +33,11 @@ def grads(y, tensors, go):
     return [t.grad.clone() for t in tensors]
 
 
+def weight_params(s):
+    """The scorer's parameters that act on the weights (not gated attention's output gate)."""
+    return [p for n, p in s.named_parameters() if n not in s.output_params]
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("name,kw", WITH_SCORE_MOD)
 def test_flex_training_equals_plain_path_on_cuda(name, kw, causal):
@@ -47,7 +52,7 @@ def test_flex_training_equals_plain_path_on_cuda(name, kw, causal):
     q, k, v = qkv(3, 4, 150, 16)  # T = 150: more than one 128-block, so the block mask matters
     mask = torch.ones(150, 150, dtype=torch.bool, device="cuda").tril() if causal else None
     go = torch.randn(3, 4, 150, 16, device="cuda")
-    params = [q, k, v, *s.parameters()]
+    params = [q, k, v, *weight_params(s)]
     y = flex_attend(q, k, v, mod, causal=causal)
     fast = [y.detach(), *grads(y, params, go)]
     ref, _ = Scorer.attend(s, q, k, v, mask)
@@ -64,7 +69,7 @@ def test_fused_inference_equals_plain_path_on_cuda(name, kw):
     for t in (5, 40, 130):
         mask = torch.ones(t, t, dtype=torch.bool, device="cuda").tril()
         with torch.inference_mode(), flex.inference_path("fused"):
-            q, k, v = (x.detach() for x in qkv(7, 2, t, 8, seed=t))
+            q, k, v = (x.detach() for x in qkv(7, 2, t, 16, seed=t))  # head width >= 16 on CUDA
             y = flex.fused_inference(s, q, k, v, True)
             ref, _ = Scorer.attend(s, q, k, v, mask)
         assert y is not None, flex._failed
@@ -121,3 +126,31 @@ def test_train_and_evaluate_on_cuda(tmp_path):
         rtol=1e-3,
         atol=1e-5,
     )
+
+
+def test_a_job_selects_its_gpu():
+    """One device per parallel job (ssa_repro/cli/devices.py) on the GPUs this machine has: the job's
+    CUDA device is its placement's, and the process's device comes back after it."""
+    from ssa_repro.cli import devices as dv
+
+    visible = [str(i) for i in range(torch.cuda.device_count())]
+    before = torch.cuda.current_device()
+    last = len(visible) - 1
+    with dv.job_device(last, len(visible), "auto", visible=visible, n_cores=2) as p:
+        assert (p.gpu, p.cuda_index) == (visible[last], last)
+        assert torch.cuda.current_device() == last
+        x = torch.ones(1, device="cuda")
+        assert x.device.index == last
+    assert torch.cuda.current_device() == before
+
+
+def test_fused_inference_leaves_a_head_narrower_than_16_to_the_plain_path():
+    """The CUDA kernel's lowering refuses head widths under 16: such a model evaluates on the plain path
+    without a compile attempt or a warning."""
+    from ssa_repro.scorers import flex
+
+    s = scorer("ssa", n_head=2).cuda()
+    with torch.inference_mode():
+        q, k, v = (x.detach() for x in qkv(3, 2, 40, 8))
+        assert flex.fused_inference(s, q, k, v, True) is None
+    assert not flex._failed

@@ -79,6 +79,9 @@ def test_claim_skips_a_gpu_another_job_holds(tmp_path):
 
 
 def test_job_device_applies_and_restores(tmp_path, monkeypatch):
+    # GPUs "3" and "5" are made up: with a real GPU present, selecting index 1 would fail (that path is
+    # tests/test_cuda.py's, with the GPUs the machine has)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("SSA_DEVICE_LOCKS", str(tmp_path))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.delenv("SSA_JOB_GPU", raising=False)
@@ -138,7 +141,12 @@ def _multirun(tmp_path, device, env):  # device=cpu is covered by test_placement
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "SSA_DEVICE_LOCKS": str(tmp_path / "locks"), **env},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "SSA_DEVICE_LOCKS": str(tmp_path / "locks"),
+            **env,
+        },
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((tmp_path / f"job{i}.json").read_text()) for i in range(4)]

@@ -134,13 +134,15 @@ def job_device(
     n_cores: int | None = None,
 ) -> Iterator[Placement]:
     """:func:`placement`, :func:`claim` and :func:`apply` for one job; its GPU lock is held inside. On
-    leaving, the process's environment and torch threads are as before (a job run in the calling
+    leaving, the process's environment, torch threads and CUDA device are as before (a job run in the calling
     process, joblib's ``n_jobs=1``, leaves nothing behind)."""
     visible = visible_gpus() if visible is None else visible
     p = placement(job_index, n_parallel, visible, n_cores or cores(), device)
     p, lock = claim(p, visible, lock_dir())
     saved_env = {k: os.environ.get(k) for k in p.env()}
     saved_threads = torch.get_num_threads()
+    selects = p.cuda_index is not None and torch.cuda.is_available()
+    saved_gpu = torch.cuda.current_device() if selects else None
     apply(p)
     try:
         yield p
@@ -151,6 +153,8 @@ def job_device(
             else:
                 os.environ[k] = v
         torch.set_num_threads(saved_threads)
+        if saved_gpu is not None:
+            torch.cuda.set_device(saved_gpu)
         if lock is not None:
             lock.release()
 

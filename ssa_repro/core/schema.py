@@ -28,7 +28,7 @@ class Device(str, Enum):
 class AttnImpl(str, Enum):
     auto = "auto"  # the scorer's fastest exact path (SDPA for softmax, the fused SSA function, ...)
     eager = "eager"  # the plain path: logits, weights, weights @ v (attention maps, debugging)
-    flex = "flex"  # FlexAttention score_mod in a fused kernel (CUDA training; softmax and ssa)
+    flex = "flex"  # FlexAttention score_mod in a fused kernel (CUDA training; for long T: slower at T = 82)
 
 
 class Pos(str, Enum):

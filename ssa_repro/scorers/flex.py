@@ -117,7 +117,12 @@ def flex_attend(q, k, v, score_mod, causal: bool, compiled: bool = True) -> torc
             _compiled = torch.compile(flex_attention)
         fn = _compiled
     mask = _causal_block_mask(q.shape[-2], k.shape[-2], str(q.device)) if causal else None
-    return fn(q, k, v, score_mod=score_mod, block_mask=mask)
+    # specialize_float: floats a score_mod captures (softplus' c and p, logn's beta) stay constants. As
+    # symbolic floats (what dynamo makes of them after a recompile) the CUDA backward failed to lower
+    # ("all unwrapped values must be FakeTensor, int, or SymInt", torch 2.11 on an H200); recompile_limit:
+    # every scorer and position term in a process shares this one compiled function
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, specialize_float=True):
+        return fn(q, k, v, score_mod=score_mod, block_mask=mask)
 
 
 def with_bias(score_mod, term, bias=None):
@@ -183,7 +188,9 @@ def fused_inference(scorer, q, k, v, causal: bool, bias=None, term=None) -> torc
         return None
     if q.device.type == "cpu" and CPU_UNTRUSTED and _mode == "auto":
         return None
-    bsz, _, t, _ = q.shape
+    bsz, _, t, d = q.shape
+    if q.device.type == "cuda" and d < 16:  # the CUDA kernel's lowering needs a head width of 16 or more
+        return None
     if bsz == 1 or t == 1:  # the compiler specialises sizes of 1: a graph of its own, for little work
         return None
     mod = inference_score_mod(scorer, causal)
