@@ -176,6 +176,18 @@ def test_a_report_without_results_says_what_is_missing(tmp_path):
     text = path.read_text()
     assert "does not exist" in text and "group `core`: 0 of 8 jobs" in text
     assert "No contrast is called" in text
+    # a section that reads one group's runs appears where the study has that group (quick: no alternatives)
+    assert "## Architecture" in text and "## Wide inputs" in text and "## Alternatives" not in text
+
+
+def test_a_ladder_report_has_its_group_section_and_not_icl_cpus(tmp_path):
+    """icl_scale inherits icl_cpu's arch table and evaluations but not its groups: its report shows the
+    ladder's SSA − softmax section and none of the architecture, alternatives or wide-input sections."""
+    setup = OmegaConf.to_container(study.load("icl_scale"))
+    text = report.write(tmp_path / "nothing", tmp_path / "out", "icl_scale", "pytest", setup).read_text()
+    assert "## Group `ladder`: SSA − softmax per architecture" in text
+    for absent in ("## Architecture", "## Alternatives", "## Wide inputs"):
+        assert absent not in text
 
 
 def test_claim_verdicts_and_the_findings_rule():
@@ -491,5 +503,6 @@ def test_a_ladder_title_names_every_rung_and_the_core_title_its_size():
     ladder = OmegaConf.to_container(study.load("icl_scale"))
     head = report.title("icl_scale", ladder)
     assert all(a in head for a in ("A_2L32_3k", "B_2L32_12k", "C_4L64_12k")), head
+    assert not any(a in head for a in ("postln", "attn_only", "preln_nofinal")), head  # icl_cpu's, inherited
     core = report.title("icl_cpu", OmegaConf.to_container(study.load("icl_cpu")))
     assert "2-layer, width-32" in core and "3000 steps" in core

@@ -28,6 +28,9 @@ from ssa_repro.evaluation import stats
 from ssa_repro.reports import paired
 from ssa_repro.reports.paired import Claim, Spec
 
+# icl_cpu's groups, each with its own claims and report section; any other group (icl_scale's ladder)
+# gets SSA − softmax per architecture (claims) and a section of its own (reports/study.py)
+KNOWN_GROUPS = ("core", "architecture", "alternatives", "wide_inputs")
 QUANT = ("every_ctx", "every_num", "some_ctx", "some_num")
 TASK_TEXT = {
     "linear": "linear a·x + b",
@@ -566,8 +569,7 @@ def claims(frame: pd.DataFrame) -> list[Claim]:
         out = out + arch_claims
     # any other group (e.g. icl_scale's ladder): SSA − softmax per architecture (rung), σ shift on the
     # quantifiers and the largest σ_F on linear
-    known = {"core", "architecture", "alternatives", "wide_inputs"}
-    for group in sorted(set(frame.group) - known):
+    for group in sorted(set(frame.group) - set(KNOWN_GROUPS)):
         g = frame[frame.group == group]
         specs = []
         for a in sorted(set(g.arch)):

@@ -76,6 +76,8 @@ def title(name: str, setup: dict | None) -> str:
     size = f"{val('model.n_layer')}-layer, width-{val('model.n_embd')}"
     steps = val("train.steps")
     archs = (setup or {}).get("archs", {})
+    used = [a for g in (setup or {}).get("groups", {}).values() for a in g.get("archs", [])]
+    archs = {a: archs[a] for a in dict.fromkeys(used) if a in archs} or archs  # not the inherited table
     if any("n_layer" in o for ov in archs.values() for o in ov):  # the archs set the size: a scale ladder
         return (
             f"# {name}: what small transformers on a CPU ({', '.join(archs)}) can show about SSA's "
@@ -241,7 +243,74 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
     if f:
         figs.append(f)
         lines += [f"![boundary]({name}/{f.name})", ""]
+    groups = set((setup or {}).get("groups", {})) or None  # None (no setup): every section
+    lines += other_groups_lines(table, groups)
+    if groups is None or "architecture" in groups:  # sections that read one group's runs: where it exists
+        lines += architecture_lines(frame, figdir, name, figs)
+    if groups is None or "alternatives" in groups:
+        lines += alternatives_lines(frame)
+    if groups is None or "wide_inputs" in groups:
+        lines += wide_lines(table)
     lines += section(
+        "Linear MSE per σ_F at x ~ N(0, 1) (the paper's table 1)",
+        "Seed mean of the MSE per σ_F (σ_x = 1), with the zero predictor and least squares.",
+        icl.linear_table1(frame) if len(frame) else None,
+    )
+    f = icl.linear_figure(frame, figdir) if len(frame) else None
+    if f:
+        figs.append(f)
+        lines += [f"![linear MSE]({name}/{f.name})", ""]
+    lines += section(
+        "Seeds that generalise (bimodal outcomes)",
+        "Seeds with sequence error below 0.1, softmax vs SSA, Fisher's exact test.",
+        icl.generalising(frame) if len(frame) else None,
+    )
+    lines += section(
+        "Power for the effects seen",
+        "Per contrast of the claims table: d_z = mean/SD of the per-seed differences, the power of "
+        "the paired test at the seeds used, and the seeds needed for 80% (counted up with `stats.power_paired`; at least 6, the fewest whose exact sign-flip test can reach p < 0.05).",
+        paired.power_table(table) if len(table) else None,
+    )
+    return finish(lines, table, missing, setup, out_dir, name)
+
+
+CONTRAST_COLUMNS = [
+    "claim",
+    "contrast",
+    "n_seeds",
+    "mean_a",
+    "mean_b",
+    "estimate",
+    "low",
+    "high",
+    "p_holm",
+    "verdict",
+]
+
+
+def claim_rows(table: pd.DataFrame, claims: list[str]) -> pd.DataFrame | None:
+    """The claims table's rows of ``claims``, the columns a section shows (None where there are none)."""
+    rows = table[table.claim.isin(claims)] if len(table) else pd.DataFrame()
+    return rows[CONTRAST_COLUMNS].round(4) if len(rows) else None
+
+
+def other_groups_lines(table: pd.DataFrame, groups: set | None) -> list[str]:
+    """A section per group outside icl_cpu's (icl_scale's ladder): its SSA − softmax contrast per
+    architecture (rung), the claims table's ``ssa_<group>`` rows."""
+    out = []
+    for group in sorted((groups or set()) - set(icl.KNOWN_GROUPS)):
+        out += section(
+            f"Group `{group}`: SSA − softmax per architecture",
+            f"The claims table's `ssa_{group}` rows: per architecture (a rung of a scale ladder), SSA − "
+            "softmax paired by seed on σ shift (quantifiers) and the largest σ_F (linear).",
+            claim_rows(table, [f"ssa_{group}"]),
+        )
+    return out
+
+
+def architecture_lines(frame: pd.DataFrame, figdir: Path, name: str, figs: list) -> list[str]:
+    """The LayerNorm 2 × 2 (icl_cpu's architecture group): its table and per-seed figure."""
+    lines = section(
         "Architecture: LayerNorm placement × embedding LayerNorm",
         "Seed mean (min–max, seeds); pre-LN from the core group (its seeds), the others from the "
         "architecture group. The contrasts are the claims table's `architecture` row.",
@@ -269,6 +338,13 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         if f:
             figs.append(f)
             lines += [f"![architecture]({name}/{f.name})", ""]
+    return lines
+
+
+def alternatives_lines(frame: pd.DataFrame) -> list[str]:
+    """icl_cpu's alternatives group (temperature, the negative control, and hybrid heads) against softmax."""
+    ax = icl.axes(frame) if len(frame) else {}
+    alt = None
     if len(frame) and ax.get("sigma_max") is not None:
         summaries = {
             f"train_lengths sigma={icl._g(ax['sigma_max'])}": f"σ = {icl._g(ax['sigma_max'])}",
@@ -277,56 +353,21 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         if ax["sigma_f"]:
             summaries[f"sigma_f={icl._g(ax['sigma_f'][-1])} sigma_x=1"] = f"σ_F = {icl._g(ax['sigma_f'][-1])}"
         alt = icl.contrasts_against(frame, "alternatives", summaries)
-    else:
-        alt = None
-    lines += section(
+    return section(
         "Alternatives (temperature is the negative control)",
         "The learnable per-head temperature can be absorbed into W_Q: it computes softmax's "
         "function class, so its difference from softmax is the noise floor between scorers.",
         alt,
     )
-    wide = table[table.claim.isin(["wide_deviant", "wide_small"])] if len(table) else pd.DataFrame()
-    lines += section(
+
+
+def wide_lines(table: pd.DataFrame) -> list[str]:
+    """icl_cpu's wide-inputs group: the claims table's ``wide_*`` rows."""
+    return section(
         "Wide inputs (σ_train = 5)",
         "The claims table's `wide_*` rows, per contrast.",
-        wide[
-            [
-                "claim",
-                "contrast",
-                "n_seeds",
-                "mean_a",
-                "mean_b",
-                "estimate",
-                "low",
-                "high",
-                "p_holm",
-                "verdict",
-            ]
-        ].round(4)
-        if len(wide)
-        else None,
+        claim_rows(table, ["wide_deviant", "wide_small"]),
     )
-    lines += section(
-        "Linear MSE per σ_F at x ~ N(0, 1) (the paper's table 1)",
-        "Seed mean of the MSE per σ_F (σ_x = 1), with the zero predictor and least squares.",
-        icl.linear_table1(frame) if len(frame) else None,
-    )
-    f = icl.linear_figure(frame, figdir) if len(frame) else None
-    if f:
-        figs.append(f)
-        lines += [f"![linear MSE]({name}/{f.name})", ""]
-    lines += section(
-        "Seeds that generalise (bimodal outcomes)",
-        "Seeds with sequence error below 0.1, softmax vs SSA, Fisher's exact test.",
-        icl.generalising(frame) if len(frame) else None,
-    )
-    lines += section(
-        "Power for the effects seen",
-        "Per contrast of the claims table: d_z = mean/SD of the per-seed differences, the power of "
-        "the paired test at the seeds used, and the seeds needed for 80% (counted up with `stats.power_paired`; at least 6, the fewest whose exact sign-flip test can reach p < 0.05).",
-        paired.power_table(table) if len(table) else None,
-    )
-    return finish(lines, table, missing, setup, out_dir, name)
 
 
 def finish(
