@@ -20,7 +20,7 @@ from ssa_repro.cli import study
 from ssa_repro.cli.train_app import problems
 from ssa_repro.config import CONF_DIR
 from ssa_repro.evaluation import stats
-from ssa_repro.reports import paired, provenance
+from ssa_repro.reports import icl, paired, provenance
 from ssa_repro.reports import study as report
 from tests.conftest import HAVE_SHARED_DATA
 
@@ -214,14 +214,39 @@ def test_claim_verdicts_and_the_findings_rule():
 def test_runs_from_a_dirty_tree_are_flagged(tmp_path):
     for name, dirty in (("r1", False), ("r2", True)):
         (tmp_path / name).mkdir()
+        changed = [".site/", "ssa_repro/a.py"] if dirty else []
         (tmp_path / name / "provenance.json").write_text(
-            json.dumps([{"time": "t", "git_commit": "abcdef0123", "git_dirty": dirty}])
+            json.dumps(
+                [{"time": "t", "git_commit": "abcdef0123", "git_dirty": dirty, "git_changes": changed}]
+            )
         )
     starts = provenance.run_commits([tmp_path / "r1", tmp_path / "r2", tmp_path / "r3"])
     assert list(starts.git_commit[:2]) == ["abcdef0", "abcdef0"]
     text = provenance.commits_summary(starts)
     assert "`abcdef0` (2 starts)" in text and "1 run(s) started from a dirty tree" in text
+    assert "(changed or untracked: `.site/`, `ssa_repro/a.py`)" in text  # what made it dirty
     assert "1 run(s) have no provenance record" in text
+    assert provenance.trained_on(starts) == "a CPU"  # nothing recorded
+
+
+def test_a_report_says_where_its_runs_trained(tmp_path):
+    """Each start's device from provenance.json: counted in the commits sentence and named in the title
+    (a study trained on a lent GPU must not call itself a CPU study)."""
+    gpu = {"device": "cuda", "cuda": {"name": "NVIDIA H200", "version": "13.0"}}
+    for name, extra in (("r1", gpu), ("r2", gpu), ("r3", {"device": "cpu"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "provenance.json").write_text(
+            json.dumps([{"time": "t", "git_commit": "abcdef0123", "git_dirty": False, **extra}])
+        )
+    both = provenance.run_commits([tmp_path / "r1", tmp_path / "r2", tmp_path / "r3"])
+    assert list(both.device) == ["cuda (NVIDIA H200)", "cuda (NVIDIA H200)", "cpu"]
+    assert "Starts by device: cpu 1, cuda (NVIDIA H200) 2" in provenance.commits_summary(both)
+    assert provenance.trained_on(both) == "CPUs and GPUs"
+    gpu_only = provenance.run_commits([tmp_path / "r1", tmp_path / "r2"])
+    assert provenance.trained_on(gpu_only) == "one NVIDIA H200"
+    assert provenance.trained_on(provenance.run_commits([tmp_path / "r3"])) == "a CPU"
+    ladder = OmegaConf.to_container(study.load("icl_scale"))
+    assert "trained on one NVIDIA H200 (A_2L32_3k" in report.title("icl_scale", ladder, "one NVIDIA H200")
 
 
 def _synthetic_per_seed(tmp_path) -> dict[str, Path]:
@@ -319,7 +344,7 @@ def test_claims_are_per_task_and_findings_follow_the_rule_on_a_synthetic_study(t
     assert set(arch.verdict) == {stats.UNDERPOWERED}
     # another group: SSA − softmax per architecture (rung), 5 paired seeds
     ladder = table[table.claim == "ssa_ladder"]
-    assert list(ladder.contrast) == ["C, every_num, σ = 16"] and ladder.n_seeds.item() == 5
+    assert list(ladder.contrast) == ["C, every_num, σ = 16 (training lengths)"] and ladder.n_seeds.item() == 5
     assert np.isclose(ladder.estimate.item(), -0.1)
     # the softmax σ-shift rise is called; findings: called rows only, largest in margins first
     assert table[(table.claim == "sigma") & (table.contrast == "every_num")].verdict.item() == stats.YES
@@ -506,3 +531,73 @@ def test_a_ladder_title_names_every_rung_and_the_core_title_its_size():
     assert not any(a in head for a in ("postln", "attn_only", "preln_nofinal")), head  # icl_cpu's, inherited
     core = report.title("icl_cpu", OmegaConf.to_container(study.load("icl_cpu")))
     assert "2-layer, width-32" in core and "3000 steps" in core
+
+
+def _ladder_per_seed(tmp_path, seeds: int = 5) -> dict[str, Path]:
+    """Per-seed grid values of a made-up ladder (no core group): rungs A and C, every_num; at A SSA is 0.2
+    above softmax at length 80 and equal under σ shift; at C both are near 0 everywhere."""
+    rows = []
+    for seed in range(seeds):
+        for arch in ("A", "C"):
+            for scorer in ("softmax", "ssa"):
+                for summary, value in (
+                    ("region=in_distribution", 0.01),
+                    ("train_lengths sigma=1", 0.01),
+                    ("train_lengths sigma=16", 0.4 if arch == "A" else 0.001),
+                    (
+                        "sigma=1 length=80",
+                        (0.1 + 0.2 * (scorer == "ssa") + 0.01 * seed) if arch == "A" else 0.002,
+                    ),
+                ):
+                    rows.append(
+                        dict(
+                            group="ladder",
+                            task="every_num",
+                            scorer=scorer,
+                            arch=arch,
+                            train_sigma=1.0,
+                            seed=seed,
+                            evaluation="grid_quantifier",
+                            predictor="model",
+                            metric="sequence_error",
+                            summary=summary,
+                            value=value,
+                        )
+                    )
+    path = tmp_path / "per_seed_grid.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return {"grid": path}
+
+
+def test_a_study_without_core_reads_the_papers_claims_on_every_rung(tmp_path):
+    """icl_scale has no core group: the one-arm claims and sections are read on each rung (keys and rows
+    tagged with it), never left as "no data"; and with 5 seeds the findings say why nothing is called."""
+    frame, claims, table, found = report.compute(_ladder_per_seed(tmp_path))
+    assert icl.bases(frame) == [("ladder", "A"), ("ladder", "C")]
+    ssa = table[table.claim.str.startswith("ssa_quant")]
+    assert sorted(set(ssa.claim)) == ["ssa_quant @ A", "ssa_quant @ C"]
+    at_a = ssa[(ssa.claim == "ssa_quant @ A") & (ssa.contrast == "every_num, length 80")].iloc[0]
+    assert np.isclose(at_a.estimate, 0.2) and at_a.n_seeds == 5
+    assert at_a.p_value == pytest.approx(2 / 2**5)  # every seed the same sign: the smallest p at 5 seeds
+    assert {c.claim.split(":")[0] for c in claims if "@" in c.key} == {"A", "C"}
+    # the per-arm tables stack the rungs, an arch column first
+    shift = icl.over_bases(icl.shift_table, frame)
+    assert list(shift.columns[:3]) == ["arch", "task", "predictor"] and set(shift.arch) == {"A", "C"}
+    # icl_cpu's own frame keeps one arm and no arch column
+    (tmp_path / "core").mkdir()
+    core = report.compute(_synthetic_per_seed(tmp_path / "core"))[0]
+    assert icl.bases(core) == [icl.BASE] and "arch" not in icl.over_bases(icl.shift_table, core).columns
+    # nothing can be called with 5 seeds (smallest p 1/16), and the findings say so
+    assert found.empty
+    text = "\n".join(report.findings_markdown(found, claims, table))
+    assert "at most 5 paired seeds" in text and "2^(1−5) = 0.0625" in text
+    # the ladder's figures: one per cell, rungs on the x axis
+    figs = icl.ladder_figures(frame, tmp_path / "figs")
+    assert [f.name for f in figs] == ["ladder_0_every_num.png", "ladder_1_every_num.png"]
+    ladder = table[table.claim == "ssa_ladder"]
+    assert list(ladder.contrast) == [
+        "A, every_num, σ = 16 (training lengths)",
+        "A, every_num, length 80 (σ = 1)",
+        "C, every_num, σ = 16 (training lengths)",
+        "C, every_num, length 80 (σ = 1)",
+    ]

@@ -334,7 +334,7 @@ def test_mismatched_rerun_into_existing_folder_touches_nothing(tmp_path):
 
 def test_a_tree_is_dirty_for_code_changes_but_not_for_documentation():
     """A study writes its report into docs/results/; that must not mark its later runs dirty."""
-    from ssa_repro.core.provenance import dirty
+    from ssa_repro.core.provenance import changes, dirty
 
     assert not dirty("")
     assert not dirty("?? docs/results/icl_cpu.md\n?? docs/results/icl_cpu/\n M README.md")
@@ -346,3 +346,5 @@ def test_a_tree_is_dirty_for_code_changes_but_not_for_documentation():
     # git output stripped of its first line's leading space (" M path" -> "M path")
     assert not dirty("M docs/results/icl_cpu/per_seed_grid.csv\n M docs/results/icl_cpu.md")
     assert dirty("M ssa_repro/a.py")
+    # the paths recorded with a start (a report names them): a carried dependency folder is one
+    assert changes("?? .site/\n M docs/x.md\n M ssa_repro/a.py") == [".site/", "ssa_repro/a.py"]

@@ -32,10 +32,11 @@ def _version(name: str) -> str | None:
         return None
 
 
-def dirty(status: str) -> bool:
-    """Whether ``git status --porcelain`` output shows a change that can alter a run: any changed or
-    untracked path except documentation (``docs/``, ``*.md``) — a study writes its report into
-    docs/results/, which must not mark the study's later runs as made from a dirty tree."""
+def changes(status: str) -> list[str]:
+    """The paths in ``git status --porcelain`` output that can alter a run: any changed or untracked
+    path except documentation (``docs/``, ``*.md``) — a study writes its report into docs/results/,
+    which must not mark the study's later runs as made from a dirty tree."""
+    out = []
     for line in status.splitlines():
         if not line.strip():
             continue
@@ -43,8 +44,16 @@ def dirty(status: str) -> bool:
         # line's leading space (" M path" -> "M path")
         path = line.split(maxsplit=1)[-1].split(" -> ")[-1].strip('"')
         if not (path.startswith("docs/") or path.endswith(".md")):
-            return True
-    return False
+            out.append(path)
+    return out
+
+
+def dirty(status: str) -> bool:
+    """Whether the status shows a change that can alter a run (:func:`changes`)."""
+    return bool(changes(status))
+
+
+MAX_CHANGES = 20  # changed paths recorded per start (a report names them; an untracked tree can be huge)
 
 
 def collect(device: torch.device) -> dict:
@@ -54,6 +63,7 @@ def collect(device: torch.device) -> dict:
         "argv": sys.argv,
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": None if status is None else dirty(status),
+        "git_changes": None if status is None else changes(status)[:MAX_CHANGES],
         "python": sys.version.split()[0],
         "packages": {p: _version(p) for p in PACKAGES},
         "platform": platform.platform(),

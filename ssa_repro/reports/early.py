@@ -35,7 +35,7 @@ from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.evaluation.zorro import PAPER_TABLE3
 from ssa_repro.reports import paired, provenance
 from ssa_repro.reports.paired import JOB_COLUMNS, Claim, Spec
-from ssa_repro.reports.study import finish, provenance_lines, section
+from ssa_repro.reports.study import figure_lines, finish, provenance_lines, section
 from ssa_repro.reports.tables import markdown_table
 from ssa_repro.tasks import TASKS
 
@@ -852,9 +852,7 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         reg,
     )
     for f in (regime_figure(frame, figdir), zorro_curves_figure(frame, figdir)) if len(frame) else ():
-        if f:
-            figs.append(f)
-            lines += [f"![{f.stem}]({name}/{f.name})", ""]
+        lines += figure_lines(f, f.stem if f else "", name, figs)
     lines += section(
         "Zorro at the last checkpoint: the paper's table 3 beside ours",
         "PLL accuracy (%), seed mean (min–max) per scorer, the paper's softmax / SSA-1.5 / SSA-2, and each "
@@ -866,10 +864,7 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "The same layout with the holistic score (minus the mean cross entropy of the unmasked sentence).",
         table3(frame, table, method="holistic") if len(frame) else None,
     )
-    f = table3_figure(frame, figdir) if len(frame) else None
-    if f:
-        figs.append(f)
-        lines += [f"![table 3]({name}/{f.name})", ""]
+    lines += figure_lines(table3_figure(frame, figdir) if len(frame) else None, "table 3", name, figs)
     lines += section(
         "Held-out masked-LM loss over training",
         "Nats per masked token on every held-out utterance (one fixed mask each), seed mean (min–max, seeds).",
@@ -881,10 +876,7 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "another corpus, tokeniser and scale, so only the direction compares.",
         perplexity_table(frame) if len(frame) else None,
     )
-    f = perplexity_figure(frame, figdir) if len(frame) else None
-    if f:
-        figs.append(f)
-        lines += [f"![perplexity]({name}/{f.name})", ""]
+    lines += figure_lines(perplexity_figure(frame, figdir) if len(frame) else None, "perplexity", name, figs)
     lines += section(
         "LM-eval tasks: the paper's table 2 beside ours",
         "Accuracy (%; acc_norm where lm-eval reports it), seed mean, and how many seeds' 95% Wilson "

@@ -18,6 +18,7 @@ Per-seed values (``reports/paired.py``; one row per job × predictor × metric �
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,9 @@ from ssa_repro.reports.paired import Claim, Spec
 # icl_cpu's groups, each with its own claims and report section; any other group (icl_scale's ladder)
 # gets SSA − softmax per architecture (claims) and a section of its own (reports/study.py)
 KNOWN_GROUPS = ("core", "architecture", "alternatives", "wide_inputs")
+# icl_cpu's reference arm (group, architecture): the per-axis sections and the paper's claims read it; a
+# study without it (icl_scale) reads every rung of its other groups instead (:func:`bases`)
+BASE = ("core", "preln")
 QUANT = ("every_ctx", "every_num", "some_ctx", "some_num")
 TASK_TEXT = {
     "linear": "linear a·x + b",
@@ -110,14 +114,17 @@ def _g(x) -> str:
 
 
 def _model_or_one_baseline(c: pd.DataFrame) -> np.ndarray:
-    """The model's rows, and the baselines' of one job only (core softmax, its first seed): a baseline
+    """The model's rows, and the baselines' of one job only (core softmax, its first seed; in a study
+    without core, softmax of the first other group's first architecture and seed): a baseline
     sees the same prompts in every run (they depend on the evaluation's seed and the training length,
     not the run), so one copy is all there is (and the per-seed files stay small)."""
     model = (c.predictor == "model").to_numpy()
-    core = c[(c.group == "core") & (c.scorer == "softmax")]
-    if core.empty:
+    groups = ["core"] if (c.group == "core").any() else sorted(set(c.group) - set(KNOWN_GROUPS))
+    ref = c[c.group.isin(groups[:1]) & (c.scorer == "softmax")]
+    if ref.empty:
         return model
-    first = (c.group == "core") & (c.scorer == "softmax") & (c.seed == core.seed.min())
+    arch, seed = sorted(ref.arch)[0], ref.seed.min()
+    first = c.group.isin(groups[:1]) & (c.scorer == "softmax") & (c.arch == arch) & (c.seed == seed)
     return model | first.to_numpy()
 
 
@@ -233,7 +240,6 @@ def boundary_parts(index: pd.DataFrame) -> pd.DataFrame:
             var_name="metric",
             value_name="value",
         )
-        # least squares only where the boundary claim compares with it (the files stay small); no "all"
         # the query sweep in full; the σ_F sets' boundaries; least squares only where the boundary claim
         # compares with it (the files stay small)
         sweep = long.prompts == "query_sweep"
@@ -274,11 +280,43 @@ def axes(frame: pd.DataFrame) -> dict:
     }
 
 
+def bases(frame: pd.DataFrame) -> list[tuple[str, str]]:
+    """The arms (group, architecture) the per-axis sections and the paper's claims are read on:
+    :data:`BASE` where the study has it, else every architecture of the groups outside
+    :data:`KNOWN_GROUPS` (a scale ladder's rungs), in name order."""
+    if not len(frame):
+        return []
+    if ((frame.group == BASE[0]) & (frame.arch == BASE[1])).any():
+        return [BASE]
+    other = frame[~frame.group.isin(KNOWN_GROUPS)]
+    return sorted(set(zip(other.group, other.arch)))
+
+
+def tag(base: tuple[str, str]) -> str:
+    """A base arm's label in claim keys, table rows and figure names: "" for :data:`BASE`, else its
+    architecture (a rung's name)."""
+    return "" if tuple(base) == BASE else str(base[1])
+
+
 def claims(frame: pd.DataFrame) -> list[Claim]:
     """The paper's claims (and the study's architecture hypothesis) as paired contrasts, one per task
-    (or σ_F, scorer, architecture): every claim the data can address."""
+    (or σ_F, scorer, architecture): every claim the data can address. The claims about one arm are read
+    on each of :func:`bases` (a ladder: one copy per rung, its key and text prefixed by the rung)."""
+    out = []
+    for base in bases(frame):
+        t = tag(base)
+        out += [
+            replace(c, key=f"{c.key} @ {t}", claim=f"{t}: {c.claim}") if t else c
+            for c in base_claims(frame, base)
+        ]
+    return out + other_claims(frame)
+
+
+def base_claims(frame: pd.DataFrame, base: tuple[str, str] = BASE) -> list[Claim]:
+    """The paper's claims about one arm (σ and length shift, SSA out of distribution, deviant prompts,
+    linear σ_F), read on ``base`` = (group, architecture)."""
     ax = axes(frame)
-    core = {"group": "core", "arch": "preln"}
+    core = {"group": base[0], "arch": base[1]}
     out = []
     s_max, s_min, L = ax["sigma_max"], ax["sigma_min"], ax["length_max"]
     quant = [t for t in QUANT if t in set(frame.task)]
@@ -412,41 +450,6 @@ def claims(frame: pd.DataFrame) -> list[Claim]:
                 "SSA − softmax",
             )
         )
-    bnd = (
-        paired.select(frame, part="boundary", summary="prompts=query_sweep") if "part" in frame else frame[:0]
-    )
-    if len(bnd):
-        # the plateau's slope beyond the training range of y (1: extrapolates, 0: a plateau) where the
-        # evaluation stores it, else the 99.5% quantile of ŷ; against least squares (no boundary)
-        metric = "slope_pos" if bnd[bnd.metric == "slope_pos"].value.notna().any() else "upper"
-        where = {"task": "linear", "train_sigma": 1.0, "summary": "prompts=query_sweep"}
-        specs = [
-            Spec(
-                f"{ARCH_TEXT.get(a, a)}, {s}",
-                metric,
-                {**where, "arch": a, "scorer": s, "predictor": "least_squares"},
-                {**where, "arch": a, "scorer": s, "predictor": "model"},
-                -1,
-            )
-            for a in ARCH_TEXT
-            for s in ("softmax", "ssa")
-            if len(paired.select(bnd, arch=a, scorer=s))
-        ]
-        what = (
-            "the slope of ŷ on y_true beyond the training range of y"
-            if metric == "slope_pos"
-            else "the 99.5% quantile of ŷ"
-        )
-        out.append(
-            Claim(
-                "boundary",
-                f"Query sweep: {what} is lower for the model than for least squares (no boundary), "
-                "in every architecture",
-                PAPER["boundary"],
-                specs,
-                "model − least squares",
-            )
-        )
     if ax["sigma_f"]:
         specs = [
             Spec(
@@ -480,6 +483,22 @@ def claims(frame: pd.DataFrame) -> list[Claim]:
                 "SSA / softmax MSE",
             )
         )
+    return out
+
+
+def other_claims(frame: pd.DataFrame) -> list[Claim]:
+    """The claims across arms: boundary values per architecture; wide inputs and the LayerNorm
+    architectures against core pre-LN (where the study has those groups); SSA − softmax per
+    architecture of any other group (a scale ladder)."""
+    ax = axes(frame)
+    core = {"group": BASE[0], "arch": BASE[1]}
+    out = []
+    s_max = ax["sigma_max"]
+    bnd = (
+        paired.select(frame, part="boundary", summary="prompts=query_sweep") if "part" in frame else frame[:0]
+    )
+    if len(bnd):
+        out.append(boundary_claim(bnd))
     wide = frame[frame.group == "wide_inputs"]
     if len(wide):
         ms = [x for x in ax["M"] if x > 1] or ax["M"]
@@ -542,7 +561,8 @@ def claims(frame: pd.DataFrame) -> list[Claim]:
                 "wide / σ_train = 1 MSE",
             )
         )
-    if s_max is not None:
+    arch_group = frame[frame.group == "architecture"]
+    if s_max is not None and len(arch_group):
         # one claim per architecture against pre-LN (its family: the two scorers); the findings lead with them
         shift = f"train_lengths sigma={_g(s_max)}"
         pre = {"arch": "preln", "group": "core", "task": "every_num", "predictor": "model", "summary": shift}
@@ -565,34 +585,25 @@ def claims(frame: pd.DataFrame) -> list[Claim]:
                 f"{a} − pre-LN",
             )
             for a in ("postln", "preln_embln", "postln_noemb", "attn_only", "preln_nofinal")
+            if a in set(arch_group.arch)
         ]
         out = out + arch_claims
-    # any other group (e.g. icl_scale's ladder): SSA − softmax per architecture (rung), σ shift on the
-    # quantifiers and the largest σ_F on linear
+    # any other group (e.g. icl_scale's ladder): SSA − softmax per architecture (rung) on each axis apart —
+    # σ shift at training lengths, length shift at the training σ and the adverse deviant insertion on the
+    # quantifiers, the largest σ_F on linear — so the rungs can be read side by side
     for group in sorted(set(frame.group) - set(KNOWN_GROUPS)):
         g = frame[frame.group == group]
         specs = []
         for a in sorted(set(g.arch)):
             at = {"group": group, "arch": a, "predictor": "model"}
-            for t in [t for t in QUANT if t in set(g.task)] if s_max is not None else []:
-                summ = f"train_lengths sigma={_g(s_max)}"
+            cells = ladder_cells(ax, set(g.task))
+            for label, t, metric, summ in cells:
                 specs.append(
                     Spec(
-                        f"{a}, {t}, σ = {_g(s_max)}",
-                        "sequence_error",
+                        f"{a}, {t}, {label}",
+                        metric,
                         {**at, "task": t, "scorer": "softmax", "summary": summ},
                         {**at, "task": t, "scorer": "ssa", "summary": summ},
-                        -1,
-                    )
-                )
-            if ax["sigma_f"] and "linear" in set(g.task):
-                summ = f"sigma_f={_g(ax['sigma_f'][-1])} sigma_x=1"
-                specs.append(
-                    Spec(
-                        f"{a}, linear, σ_F = {_g(ax['sigma_f'][-1])}",
-                        "mse",
-                        {**at, "task": "linear", "scorer": "softmax", "summary": summ},
-                        {**at, "task": "linear", "scorer": "ssa", "summary": summ},
                         -1,
                     )
                 )
@@ -608,7 +619,88 @@ def claims(frame: pd.DataFrame) -> list[Claim]:
     return out
 
 
+def ladder_cells(ax: dict, tasks: set) -> list[tuple[str, str, str, str]]:
+    """The cells a ladder compares across rungs, (label, task, metric, summary): per quantifier task σ
+    shift at training lengths, length shift at the training σ and the adverse deviant insertion (largest
+    M, k = 1); on linear the largest σ_F at x ~ N(0, 1)."""
+    s_max, s_min, L, m_max = ax["sigma_max"], ax["sigma_min"], ax["length_max"], ax["M_max"]
+    cells = []
+    for t in [t for t in QUANT if t in tasks]:
+        if s_max is not None:
+            shift = f"train_lengths sigma={_g(s_max)}"
+            cells.append((f"σ = {_g(s_max)} (training lengths)", t, "sequence_error", shift))
+            cells.append(
+                (f"length {L} (σ = {_g(s_min)})", t, "sequence_error", f"sigma={_g(s_min)} length={L}")
+            )
+        if m_max is not None:
+            sign = ADVERSE[t.split("_")[0]]
+            cells.append(
+                (f"deviant {sign} M = {_g(m_max)}", t, "sequence_error", f"sign={sign} M={_g(m_max)} k=1")
+            )
+    if ax["sigma_f"] and "linear" in tasks:
+        sf = _g(ax["sigma_f"][-1])
+        cells.append((f"σ_F = {sf}", "linear", "mse", f"sigma_f={sf} sigma_x=1"))
+    return cells
+
+
+def boundary_claim(bnd: pd.DataFrame) -> Claim:
+    """Query sweep, every architecture and scorer with boundary rows (icl_cpu's in :data:`ARCH_TEXT` order,
+    then any other, e.g. a ladder's rungs): the model against least squares (no boundary)."""
+    # the plateau's slope beyond the training range of y (1: extrapolates, 0: a plateau) where the
+    # evaluation stores it, else the 99.5% quantile of ŷ; against least squares (no boundary)
+    metric = "slope_pos" if bnd[bnd.metric == "slope_pos"].value.notna().any() else "upper"
+    where = {"task": "linear", "train_sigma": 1.0, "summary": "prompts=query_sweep"}
+    specs = [
+        Spec(
+            f"{ARCH_TEXT.get(a, a)}, {s}",
+            metric,
+            {**where, "arch": a, "scorer": s, "predictor": "least_squares"},
+            {**where, "arch": a, "scorer": s, "predictor": "model"},
+            -1,
+        )
+        for a in [*[a for a in ARCH_TEXT if a in set(bnd.arch)], *sorted(set(bnd.arch) - set(ARCH_TEXT))]
+        for s in ("softmax", "ssa")
+        if len(paired.select(bnd, arch=a, scorer=s))
+    ]
+    what = (
+        "the slope of ŷ on y_true beyond the training range of y"
+        if metric == "slope_pos"
+        else "the 99.5% quantile of ŷ"
+    )
+    return Claim(
+        "boundary",
+        f"Query sweep: {what} is lower for the model than for least squares (no boundary), "
+        "in every architecture",
+        PAPER["boundary"],
+        specs,
+        "model − least squares",
+    )
+
+
 # ------------------------------------------------------------------ tables and figures
+def _prefix(base: tuple[str, str]) -> str:
+    return f"{tag(base)}: " if tag(base) else ""
+
+
+def _suffix(base: tuple[str, str]) -> str:
+    return f"_{tag(base)}" if tag(base) else ""
+
+
+def over_bases(fn, frame: pd.DataFrame, *args) -> pd.DataFrame:
+    """``fn(frame, *args, base)`` on each of :func:`bases`, stacked; with several (a ladder's rungs) an
+    ``arch`` column first names the rung of each row."""
+    parts = []
+    many = len(bases(frame)) > 1
+    for base in bases(frame):
+        t = fn(frame, *args, base=base)
+        if many and len(t):
+            t = t.copy()
+            t.insert(0, "arch", base[1])
+        parts.append(t)
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
 def seed_stats(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Seed mean, min and max and the seed count of ``value`` per ``by``."""
     g = frame.groupby(by, sort=False).value
@@ -619,10 +711,10 @@ def _mmm(r) -> str:
     return f"{r['mean']:.3g} ({r['min']:.2g}–{r['max']:.2g}, n={int(r['seeds'])})"
 
 
-def shift_table(frame: pd.DataFrame, group: str = "core", arch: str = "preln") -> pd.DataFrame:
+def shift_table(frame: pd.DataFrame, base: tuple[str, str] = BASE) -> pd.DataFrame:
     """Per task × scorer (and each baseline once): the sequence and token error in each shift region, as
-    seed mean (min–max over seeds)."""
-    g = paired.select(frame, part="grid", group=group, arch=arch)
+    seed mean (min–max over seeds), on the arm ``base`` = (group, architecture)."""
+    g = paired.select(frame, part="grid", group=base[0], arch=base[1])
     g = g[g.summary.str.startswith("region=") & g.task.isin(QUANT)]
     if g.empty:
         return pd.DataFrame()
@@ -645,14 +737,14 @@ def shift_table(frame: pd.DataFrame, group: str = "core", arch: str = "preln") -
     return pd.DataFrame(rows)
 
 
-def ood_table(frame: pd.DataFrame) -> pd.DataFrame:
+def ood_table(frame: pd.DataFrame, base: tuple[str, str] = BASE) -> pd.DataFrame:
     """SSA − softmax per cell of the σ = max row and of the longest length (core, sequence error), each a
     paired contrast (Holm within each task): where the out-of-distribution effects live."""
     ax = axes(frame)
     if ax["sigma_max"] is None:
         return pd.DataFrame()
     g = paired.select(
-        frame, part="grid", group="core", arch="preln", predictor="model", metric="sequence_error"
+        frame, part="grid", group=base[0], arch=base[1], predictor="model", metric="sequence_error"
     )
     cells = g[
         g.summary.str.match(rf"sigma={_g(ax['sigma_max'])} length=|sigma=[\d.]+ length={ax['length_max']}$")
@@ -728,10 +820,11 @@ def dots(
     return save(fig, path, formats=("png",), dpi=100)[0]
 
 
-def shift_figure(frame: pd.DataFrame, task: str, out: Path) -> Path | None:
-    """σ shift at training lengths and length shift at the training σ, per seed (core, sequence error)."""
+def shift_figure(frame: pd.DataFrame, task: str, out: Path, base: tuple[str, str] = BASE) -> Path | None:
+    """σ shift at training lengths and length shift at the training σ, per seed (the arm ``base``,
+    sequence error)."""
     g = paired.select(
-        frame, part="grid", group="core", arch="preln", predictor="model", metric="sequence_error", task=task
+        frame, part="grid", group=base[0], arch=base[1], predictor="model", metric="sequence_error", task=task
     )
     if g.empty:
         return None
@@ -753,19 +846,21 @@ def shift_figure(frame: pd.DataFrame, task: str, out: Path) -> Path | None:
         both,
         "point",
         "scorer",
-        f"{TASK_TEXT.get(task, task)}: σ shift at training lengths | length shift "
+        f"{_prefix(base)}{TASK_TEXT.get(task, task)}: σ shift at training lengths | length shift "
         f"at σ = {_g(ax_['sigma_min'])}",
         "sequence error",
-        out / f"shift_{task}.png",
+        out / f"shift_{task}{_suffix(base)}.png",
         order=order,
     )
 
 
-def deviant_grid_figure(frame: pd.DataFrame, task: str, out: Path) -> Path | None:
-    """The M × k grid of the sequence error (MSE for linear), seed mean per scorer and sign."""
+def deviant_grid_figure(
+    frame: pd.DataFrame, task: str, out: Path, base: tuple[str, str] = BASE
+) -> Path | None:
+    """The M × k grid of the sequence error (MSE for linear), seed mean per scorer and sign (arm ``base``)."""
     metric = "mse" if task == "linear" else "sequence_error"
     d = paired.select(
-        frame, part="deviant", group="core", arch="preln", predictor="model", metric=metric, task=task
+        frame, part="deviant", group=base[0], arch=base[1], predictor="model", metric=metric, task=task
     )
     if d.empty:
         return None
@@ -794,10 +889,13 @@ def deviant_grid_figure(frame: pd.DataFrame, task: str, out: Path) -> Path | Non
         a.set_title(f"{scorer}, {sign}{role}", fontsize=7)
         a.set_xlabel("M", fontsize=7)
         a.set_ylabel("k", fontsize=7)
-    fig.suptitle(f"{TASK_TEXT.get(task, task)}: deviant {metric.replace('_', ' ')} (seed mean)", fontsize=8)
+    fig.suptitle(
+        f"{_prefix(base)}{TASK_TEXT.get(task, task)}: deviant {metric.replace('_', ' ')} (seed mean)",
+        fontsize=8,
+    )
     fig.subplots_adjust(top=0.78, bottom=0.2, right=0.88)
     fig.colorbar(im, cax=fig.add_axes([0.9, 0.2, 0.012, 0.58]))
-    return save(fig, out / f"deviant_{task}.png", formats=("png",), dpi=100)[0]
+    return save(fig, out / f"deviant_{task}{_suffix(base)}.png", formats=("png",), dpi=100)[0]
 
 
 def _mean_table(frame: pd.DataFrame, rows: list[str], col: str) -> pd.DataFrame:
@@ -809,13 +907,13 @@ def _mean_table(frame: pd.DataFrame, rows: list[str], col: str) -> pd.DataFrame:
     return s.pivot_table(index=rows, columns=col, values="text", aggfunc="first", sort=False).reset_index()
 
 
-def deviant_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per quantifier task × scorer × sign at the largest M, k = 1 (core): where the errors are, whether
-    the predictions follow the inserted value (beside the labels), and the attention on it."""
+def deviant_table(frame: pd.DataFrame, base: tuple[str, str] = BASE) -> pd.DataFrame:
+    """Per quantifier task × scorer × sign at the largest M, k = 1 (the arm ``base``): where the errors
+    are, whether the predictions follow the inserted value (beside the labels), and the attention on it."""
     ax = axes(frame)
     if ax["M_max"] is None:
         return pd.DataFrame()
-    d = paired.select(frame, part="deviant", group="core", arch="preln")
+    d = paired.select(frame, part="deviant", group=base[0], arch=base[1])
     d = d[d.task.isin(QUANT) & d.summary.str.endswith(f"M={_g(ax['M_max'])} k=1")]
     d = d[d.summary.str.startswith("sign=") | d.summary.str.match(r"layer=\d+ head=(mean|max)")]
     if d.empty:
@@ -946,10 +1044,10 @@ def contrasts_against(
     )
 
 
-def linear_table1(frame: pd.DataFrame) -> pd.DataFrame:
-    """MSE per σ_F at x ~ N(0, 1) (the paper's table 1): per scorer (core, seed mean) and the
+def linear_table1(frame: pd.DataFrame, base: tuple[str, str] = BASE) -> pd.DataFrame:
+    """MSE per σ_F at x ~ N(0, 1) (the paper's table 1): per scorer (the arm ``base``, seed mean) and the
     baselines (zero, least squares, …)."""
-    g = paired.select(frame, part="grid", group="core", arch="preln", task="linear")
+    g = paired.select(frame, part="grid", group=base[0], arch=base[1], task="linear")
     g = g[g.summary.str.endswith("sigma_x=1")]
     if g.empty:
         return pd.DataFrame()
@@ -964,7 +1062,7 @@ def linear_table1(frame: pd.DataFrame) -> pd.DataFrame:
     return t.sort_values("predictor", key=lambda s: s.str.startswith("baseline")).round(4)
 
 
-def generalising(frame: pd.DataFrame, threshold: float = 0.1) -> pd.DataFrame:
+def generalising(frame: pd.DataFrame, base: tuple[str, str] = BASE, threshold: float = 0.1) -> pd.DataFrame:
     """Seeds whose σ-shift sequence error (training lengths, largest σ) stays below ``threshold``, per
     quantifier task, softmax vs SSA, with Fisher's exact test (bimodal outcomes: a seed generalises or
     not)."""
@@ -979,8 +1077,8 @@ def generalising(frame: pd.DataFrame, threshold: float = 0.1) -> pd.DataFrame:
         g = paired.select(
             frame,
             part="grid",
-            group="core",
-            arch="preln",
+            group=base[0],
+            arch=base[1],
             predictor="model",
             metric="sequence_error",
             summary=summ,
@@ -1028,9 +1126,9 @@ def boundary_figure(frame: pd.DataFrame, out: Path) -> Path | None:
     )
 
 
-def linear_figure(frame: pd.DataFrame, out: Path) -> Path | None:
-    """MSE per σ_F at x ~ N(0, 1) per seed and scorer (core), the zero predictor's as a reference."""
-    g = paired.select(frame, part="grid", group="core", arch="preln", task="linear", predictor="model")
+def linear_figure(frame: pd.DataFrame, out: Path, base: tuple[str, str] = BASE) -> Path | None:
+    """MSE per σ_F at x ~ N(0, 1) per seed and scorer (the arm ``base``)."""
+    g = paired.select(frame, part="grid", group=base[0], arch=base[1], task="linear", predictor="model")
     g = g[g.summary.str.endswith("sigma_x=1")]
     if g.empty:
         return None
@@ -1039,8 +1137,33 @@ def linear_figure(frame: pd.DataFrame, out: Path) -> Path | None:
         g,
         "sigma_f",
         "scorer",
-        "linear, x ~ N(0, 1): MSE per σ_F (the paper's table 1), per seed",
+        f"{_prefix(base)}linear, x ~ N(0, 1): MSE per σ_F (the paper's table 1), per seed",
         "MSE",
-        out / "linear_mse.png",
+        out / f"linear_mse{_suffix(base)}.png",
         log=True,
     )
+
+
+def ladder_figures(frame: pd.DataFrame, out: Path) -> list[Path]:
+    """Per group outside :data:`KNOWN_GROUPS` with several architectures (a ladder's rungs): one figure per
+    :func:`ladder_cells` cell, the per-seed values of softmax and SSA across the rungs."""
+    ax, paths = axes(frame), []
+    for group in sorted(set(frame.group) - set(KNOWN_GROUPS)):
+        g = frame[(frame.group == group) & (frame.predictor == "model")]
+        if g.arch.nunique() < 2:
+            continue
+        for i, (label, task, metric, summ) in enumerate(ladder_cells(ax, set(g.task))):
+            rows = g[(g.task == task) & (g.metric == metric) & (g.summary == summ)]
+            path = dots(
+                rows,
+                "arch",
+                "scorer",
+                f"{TASK_TEXT.get(task, task)}, {label}: per seed across `{group}`",
+                metric.replace("_", " "),
+                out / f"{group}_{i}_{task}.png",
+                log=metric == "mse",
+                order=sorted(set(rows.arch)),
+            )
+            if path:
+                paths.append(path)
+    return paths

@@ -33,9 +33,22 @@ def git_state(cwd: Path | None = None) -> tuple[str, bool | None]:
     return commit, dirty(git("status", "--porcelain", "--untracked-files=no"))
 
 
+COLUMNS = ["run_dir", "start", "time", "git_commit", "git_dirty", "git_changes", "device"]
+
+
+def device_text(record: dict) -> str | None:
+    """Where a start ran, as a report names it: ``cpu``, ``cuda (NVIDIA H200)``; None if not recorded."""
+    device = record.get("device")
+    if not device:
+        return None
+    name = (record.get("cuda") or {}).get("name") if str(device).startswith("cuda") else None
+    return f"{device} ({name})" if name else str(device)
+
+
 def run_commits(run_dirs) -> pd.DataFrame:
     """One row per start of every run: ``run_dir``, ``start`` (0-based), ``time``, ``git_commit`` (short),
-    ``git_dirty``; a run without a readable provenance.json gives one row with ``git_commit`` NaN."""
+    ``git_dirty``, ``git_changes`` (the paths that made it dirty), ``device`` (:func:`device_text`); a run without a readable provenance.json gives one
+    row with ``git_commit`` NaN."""
     rows = []
     for run_dir in dict.fromkeys(str(r) for r in run_dirs):
         path = Path(run_dir) / PROVENANCE
@@ -44,7 +57,7 @@ def run_commits(run_dirs) -> pd.DataFrame:
         except (OSError, ValueError):
             records = []
         if not records:
-            rows.append({"run_dir": run_dir, "start": 0, "time": None, "git_commit": None, "git_dirty": None})
+            rows.append(dict.fromkeys(COLUMNS) | {"run_dir": run_dir, "start": 0})
         for i, r in enumerate(records):
             commit = r.get("git_commit")
             rows.append(
@@ -54,9 +67,23 @@ def run_commits(run_dirs) -> pd.DataFrame:
                     "time": r.get("time"),
                     "git_commit": commit[:7] if isinstance(commit, str) else None,
                     "git_dirty": r.get("git_dirty"),
+                    "git_changes": r.get("git_changes"),  # absent in runs before 2026-11-26
+                    "device": device_text(r),
                 }
             )
-    return pd.DataFrame(rows, columns=["run_dir", "start", "time", "git_commit", "git_dirty"])
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def trained_on(starts: pd.DataFrame) -> str:
+    """Where the runs trained, for a report's title: "a CPU" (or nothing recorded), "one NVIDIA H200"
+    (every start on that GPU), else "CPUs and GPUs"."""
+    devices = set(starts.device.dropna()) if "device" in starts else set()
+    if not devices or devices == {"cpu"}:
+        return "a CPU"
+    gpus = {d.split("(", 1)[-1].rstrip(")") for d in devices if d.startswith("cuda")}
+    if len(gpus) == 1 and all(d.startswith("cuda") for d in devices):
+        return f"one {gpus.pop()}"
+    return "CPUs and GPUs"
 
 
 def commits_summary(starts: pd.DataFrame) -> str:
@@ -77,11 +104,18 @@ def commits_summary(starts: pd.DataFrame) -> str:
             + ", ".join(f"`{c}`" for c in sorted(dirty.git_commit.dropna().unique()))
             + "): their code is not exactly any commit"
         )
+        paths = sorted({p for r in dirty.git_changes.dropna() for p in r}) if "git_changes" in dirty else []
+        if paths:
+            shown = ", ".join(f"`{p}`" for p in paths[:5])
+            text += f" (changed or untracked: {shown}{', …' if len(paths) > 5 else ''})"
     unknown = starts[starts.git_commit.isna()].run_dir.nunique()
     if unknown:
         text += f"; {unknown} run(s) have no provenance record"
     if len(counts) > 1:
         text += "; **the runs span several commits**"
+    if "device" in starts and starts.device.notna().any():
+        by = starts.dropna(subset=["device"]).groupby("device", sort=True).size()
+        text += ". Starts by device: " + ", ".join(f"{d} {n}" for d, n in by.items())
     return text + "."
 
 

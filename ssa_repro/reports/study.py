@@ -66,8 +66,8 @@ def compute(paths: dict[str, Path]) -> tuple[pd.DataFrame, list, pd.DataFrame, p
     return frame, claims, table, found
 
 
-def title(name: str, setup: dict | None) -> str:
-    base = " ".join((setup or {}).get("base", []))
+def title(name: str, setup: dict | None, where: str = "a CPU") -> str:
+    """The report's title: what models of this size, trained on ``where``, can show."""
 
     def val(key, default="?"):
         hit = [o.split("=", 1)[1] for o in (setup or {}).get("base", []) if o.startswith(key + "=")]
@@ -80,12 +80,11 @@ def title(name: str, setup: dict | None) -> str:
     archs = {a: archs[a] for a in dict.fromkeys(used) if a in archs} or archs  # not the inherited table
     if any("n_layer" in o for ov in archs.values() for o in ov):  # the archs set the size: a scale ladder
         return (
-            f"# {name}: what small transformers on a CPU ({', '.join(archs)}) can show about SSA's "
+            f"# {name}: what small transformers trained on {where} ({', '.join(archs)}) can show about SSA's "
             "in-context-learning claims as they grow — not the paper's scale"
         )
-    del base
     return (
-        f"# {name}: what {size} transformers trained for {steps} steps on a CPU can show about SSA's "
+        f"# {name}: what {size} transformers trained for {steps} steps on {where} can show about SSA's "
         "in-context-learning claims — failure modes and the role of LayerNorm, not the paper's scale"
     )
 
@@ -114,8 +113,19 @@ def claims_markdown(claims, table: pd.DataFrame) -> list[str]:
     return out
 
 
-def findings_markdown(found: pd.DataFrame, claims) -> list[str]:
+def findings_markdown(found: pd.DataFrame, claims, table: pd.DataFrame | None = None) -> list[str]:
+    """The called contrasts (``found``), or why there are none: with too few seeds the rule cannot call
+    any (the smallest two-sided sign-flip p is 2^(1−n)), which is said with what the study can show."""
     if found.empty:
+        n = int(table.n_seeds.max()) if table is not None and len(table) else 0
+        if n and 2.0 ** (1 - n) >= 0.05:
+            within = int((table.verdict == stats.WITHIN).sum())
+            return [
+                f"No contrast can be called: with at most {n} paired seeds the exact sign-flip test's smallest "
+                f"two-sided p is 2^(1−{n}) = {2.0 ** (1 - n):.3g} ≥ 0.05. What this study shows are the "
+                f"estimates with their intervals below, and the contrasts whose interval lies inside the "
+                f"margin (*not detected (within ±m)*: {within} of {len(table)})."
+            ]
         return ["No contrast is called by the decision rule yet (see the claims table and *Missing*)."]
     text = {c.key: c for c in claims}
     lines = []
@@ -184,13 +194,13 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         missing.insert(0, f"`{index_path}` does not exist: no job has been evaluated and indexed yet")
 
     lines = [
-        title(name, setup),
+        title(name, setup, provenance.trained_on(starts)),
         "",
         *provenance_lines(command, walls, starts, name, paths, "job × predictor × metric × cell summary"),
         "",
         "## Findings",
         "",
-        *findings_markdown(found, claims),
+        *findings_markdown(found, claims, table),
         "",
         "## The paper's claims",
         "",
@@ -205,18 +215,16 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "Sequence and token error per shift region (σ shift: another σ at training lengths; "
         "length shift: the training σ, longer prompts), seed mean (min–max, seeds), with the "
         "label-rule baselines (they do not depend on the scorer).",
-        icl.shift_table(frame) if len(frame) else None,
+        icl.over_bases(icl.shift_table, frame),
     )
-    for task in icl.QUANT:
-        f = icl.shift_figure(frame, task, figdir) if len(frame) else None
-        if f:
-            figs.append(f)
-            lines += [f"![shift {task}]({name}/{f.name})", ""]
+    for base in icl.bases(frame):
+        for task in icl.QUANT:
+            lines += figure_lines(icl.shift_figure(frame, task, figdir, base), f"shift {task}", name, figs)
     lines += section(
         "Where the out-of-distribution effects are",
         "SSA − softmax per cell of the largest-σ row and the longest length (not diluted by the "
         "grid mean), paired by seed, Holm within each task.",
-        icl.ood_table(frame) if len(frame) else None,
+        icl.over_bases(icl.ood_table, frame),
     )
     lines += section(
         "Deviant prompts",
@@ -224,13 +232,12 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "control: it is right): errors at the inserted token vs after it vs elsewhere, how often "
         "predictions follow it (beside the labels), attention on it per layer (heads' mean and "
         "the most attending head) and the uniform share. Seed means.",
-        icl.deviant_table(frame) if len(frame) else None,
+        icl.over_bases(icl.deviant_table, frame),
     )
-    for task in [*icl.QUANT, "linear"]:
-        f = icl.deviant_grid_figure(frame, task, figdir) if len(frame) else None
-        if f:
-            figs.append(f)
-            lines += [f"![deviant {task}]({name}/{f.name})", ""]
+    for base in icl.bases(frame):
+        for task in [*icl.QUANT, "linear"]:
+            f = icl.deviant_grid_figure(frame, task, figdir, base)
+            lines += figure_lines(f, f"deviant {task}", name, figs)
     lines += section(
         "Boundary values",
         "Query sweep, per architecture: the 99.5% quantile of ŷ (`upper`), of y_true "
@@ -239,12 +246,11 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "`preln_nofinal` ends in LayerNorm + linear read-out, which bounds ŷ for any input.",
         icl.boundary_table(frame) if len(frame) else None,
     )
-    f = icl.boundary_figure(frame, figdir) if len(frame) else None
-    if f:
-        figs.append(f)
-        lines += [f"![boundary]({name}/{f.name})", ""]
+    lines += figure_lines(icl.boundary_figure(frame, figdir) if len(frame) else None, "boundary", name, figs)
     groups = set((setup or {}).get("groups", {})) or None  # None (no setup): every section
     lines += other_groups_lines(table, groups)
+    for f in icl.ladder_figures(frame, figdir) if len(frame) else []:
+        lines += figure_lines(f, f.stem, name, figs)
     if groups is None or "architecture" in groups:  # sections that read one group's runs: where it exists
         lines += architecture_lines(frame, figdir, name, figs)
     if groups is None or "alternatives" in groups:
@@ -254,16 +260,14 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
     lines += section(
         "Linear MSE per σ_F at x ~ N(0, 1) (the paper's table 1)",
         "Seed mean of the MSE per σ_F (σ_x = 1), with the zero predictor and least squares.",
-        icl.linear_table1(frame) if len(frame) else None,
+        icl.over_bases(icl.linear_table1, frame),
     )
-    f = icl.linear_figure(frame, figdir) if len(frame) else None
-    if f:
-        figs.append(f)
-        lines += [f"![linear MSE]({name}/{f.name})", ""]
+    for base in icl.bases(frame):
+        lines += figure_lines(icl.linear_figure(frame, figdir, base), "linear MSE", name, figs)
     lines += section(
         "Seeds that generalise (bimodal outcomes)",
         "Seeds with sequence error below 0.1, softmax vs SSA, Fisher's exact test.",
-        icl.generalising(frame) if len(frame) else None,
+        icl.over_bases(icl.generalising, frame),
     )
     lines += section(
         "Power for the effects seen",
@@ -296,13 +300,14 @@ def claim_rows(table: pd.DataFrame, claims: list[str]) -> pd.DataFrame | None:
 
 def other_groups_lines(table: pd.DataFrame, groups: set | None) -> list[str]:
     """A section per group outside icl_cpu's (icl_scale's ladder): its SSA − softmax contrast per
-    architecture (rung), the claims table's ``ssa_<group>`` rows."""
+    architecture (rung), the claims table's ``ssa_<group>`` rows (its figures follow: ``icl.ladder_figures``)."""
     out = []
     for group in sorted((groups or set()) - set(icl.KNOWN_GROUPS)):
         out += section(
             f"Group `{group}`: SSA − softmax per architecture",
             f"The claims table's `ssa_{group}` rows: per architecture (a rung of a scale ladder), SSA − "
-            "softmax paired by seed on σ shift (quantifiers) and the largest σ_F (linear).",
+            "softmax paired by seed on σ shift at training lengths, length shift at the training σ and the "
+            "adverse deviant insertion (quantifiers), and the largest σ_F (linear; a ratio of MSEs).",
             claim_rows(table, [f"ssa_{group}"]),
         )
     return out
@@ -335,9 +340,7 @@ def architecture_lines(frame: pd.DataFrame, figdir: Path, name: str, figs: list)
             "sequence error",
             figdir / "architecture.png",
         )
-        if f:
-            figs.append(f)
-            lines += [f"![architecture]({name}/{f.name})", ""]
+        lines += figure_lines(f, "architecture", name, figs)
     return lines
 
 
@@ -411,6 +414,14 @@ def provenance_lines(command: str, walls, starts, name: str, paths: dict, rows: 
         provenance.commits_summary(starts),
         f"Per-seed values: {links} (one row per {rows}; every number below is computed from them).",
     ]
+
+
+def figure_lines(path: Path | None, alt: str, name: str, figs: list) -> list[str]:
+    """A figure's markdown line (``path`` None: not drawn, no line); ``figs`` collects the drawn ones."""
+    if path is None:
+        return []
+    figs.append(path)
+    return [f"![{alt}]({name}/{path.name})", ""]
 
 
 def section(heading: str, text: str, table: pd.DataFrame | None) -> list[str]:
