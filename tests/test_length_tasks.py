@@ -3,6 +3,8 @@ recomputations, their declared grids (8-16x the training length), and the CLI en
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import torch
@@ -10,6 +12,8 @@ from omegaconf import OmegaConf
 
 from ssa_repro.cli import study
 from ssa_repro.cli.train_app import run_job
+from ssa_repro.reports import icl, paired
+from ssa_repro.reports import study as report
 from ssa_repro.tasks import TASKS
 from ssa_repro.tasks.flip_flop import BIT0, READ, WRITE, p_ignore_at
 from ssa_repro.tasks.tokens import IGNORE
@@ -167,6 +171,40 @@ def test_the_length_quick_study_runs_end_to_end(tmp_path):
     assert len(index.job.unique()) == len(study.jobs(study.load("length_quick")))
     assert set(zip(index.task, index.evaluation)) == {("every_num", "grid_quantifier"), ("mqar", "grid_mqar")}
     assert set(index.arch) == {"learned", "alibi"}
+    # the report: the paper's one-arm claims per position scheme, and the length curves read back from
+    # the stored cells, as multiples of each run's own training length
+    out = tmp_path / "report"
+    setup = OmegaConf.to_container(study.load("length_quick"))
+    text = report.write(root, out, "length_quick", "pytest", setup).read_text()
+    assert "length claims under 2 position schemes (learned, alibi)" in text.splitlines()[0]
+    curves_section = text.split("## Length extrapolation at σ = 1")[1].split("\n## ")[0]
+    assert (
+        "| mqar | alibi | ssa |" in curves_section and "| every_num | learned | softmax |" in curves_section
+    )
+    claims = pd.read_csv(out / "length_quick_claims.csv")
+    run = index[(index.task == "mqar") & (index.arch == "alibi") & (index.scorer == "ssa")].run_dir.iloc[0]
+    cells = pd.concat(pd.read_csv(f) for f in Path(run).glob("eval/grid/*/results.csv"))
+    top = (
+        32 / cells.train_length.iloc[0]
+    )  # the run's own training length (20 steps stop the curriculum short)
+    ssa = claims[claims.claim == "ssa_length"]  # SSA − softmax per position scheme at the longest length
+    assert {f"alibi, mqar, length 32 (×{top:.3g})", f"learned, mqar, length 32 (×{top:.3g})"} <= set(
+        ssa.contrast
+    )
+    frame = paired.read_back({"grid": out / "length_quick" / "per_seed_grid.csv"})
+    curves = icl.length_curves(frame)
+    mq = curves[(curves.task == "mqar") & (curves.predictor == "model")]
+    assert sorted(set(mq.ratio)) == pytest.approx([top / 4, top], rel=5e-3)  # 8, 32 pairs / training length
+    row = mq[(mq.arch == "alibi") & (mq.scorer == "ssa") & (mq.length == 32)].iloc[0]
+    want = cells[(cells.predictor == "model") & (cells.metric == "token_error") & (cells.length == 32)]
+    assert row.value == pytest.approx(want.value.item())
+    every = curves[(curves.task == "every_num") & (curves.predictor == "model")]
+    run = index[index.task == "every_num"].run_dir.iloc[0]
+    trained = pd.concat(pd.read_csv(f) for f in Path(run).glob("eval/grid/*/results.csv")).train_length.iloc[
+        0
+    ]
+    assert sorted(set(every.ratio)) == pytest.approx([10 / trained, 40 / trained], rel=5e-3)
+    assert (out / "length_quick" / "length_mqar.png").exists()
 
 
 # ------------------------------------------------------------------ guesses (the token tasks' baselines)

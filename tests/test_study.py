@@ -593,7 +593,7 @@ def test_a_study_without_core_reads_the_papers_claims_on_every_rung(tmp_path):
     assert "at most 5 paired seeds" in text and "2^(1−5) = 0.0625" in text
     # the ladder's figures: one per cell, rungs on the x axis
     figs = icl.ladder_figures(frame, tmp_path / "figs")
-    assert [f.name for f in figs] == ["ladder_0_every_num.png", "ladder_1_every_num.png"]
+    assert [f.name for f in figs] == ["ladder_arms_0_every_num.png", "ladder_arms_1_every_num.png"]
     ladder = table[table.claim == "ssa_ladder"]
     assert list(ladder.contrast) == [
         "A, every_num, σ = 16 (training lengths)",

@@ -148,17 +148,47 @@ def grid_parts(index: pd.DataFrame) -> pd.DataFrame:
                 paired.PER_SEED_COLUMNS
             ]
         )
+        if "train_length" in m:  # the length curve at σ = 1 (the paper's premise: longer prompts, same σ)
+            out.append(length_rows(m[np.isclose(m.sigma_x, 1.0)]))
     for key in sorted(k for k in set(index.evaluation) if k.startswith("grid_linear")):
         c = paired.read_cells(index, key)
         if c.empty:
             continue
         c = c[(c.metric == "mse") & _model_or_one_baseline(c)]
+        several = c.length.nunique() > 1  # a length grid (length_cpu): σ_F × σ_x at the training length only
+        at = c[c.length == c.train_length] if several else c
         out.append(
-            c.assign(summary=[f"sigma_f={_g(f)} sigma_x={_g(x)}" for f, x in zip(c.sigma_f, c.sigma_x)])[
+            at.assign(summary=[f"sigma_f={_g(f)} sigma_x={_g(x)}" for f, x in zip(at.sigma_f, at.sigma_x)])[
                 paired.PER_SEED_COLUMNS
             ]
         )
+        if several:
+            out.append(length_rows(c[np.isclose(c.sigma_f, 1.0)]))
+    # a length task's own grid (grid_mqar, grid_counting, …): token and sequence error per length
+    for key in sorted(
+        k for k in set(index.evaluation) if k.startswith("grid_") and not k.startswith(GRID_KINDS)
+    ):
+        c = paired.read_cells(index, key)
+        if not c.empty:
+            out.append(length_rows(c[c.metric.isin(ERRORS) & _model_or_one_baseline(c)]))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=paired.PER_SEED_COLUMNS)
+
+
+GRID_KINDS = (
+    "grid_quantifier",
+    "grid_linear",
+)  # the grid keys the ICL parts read; other grid_* are length tasks
+
+
+def length_rows(c: pd.DataFrame) -> pd.DataFrame:
+    """Per-seed rows of a length curve: summary ``sigma_x=<σ> length=<n> ratio=<n / training length>``, one
+    per cell (the ratio from the run's own training length, ``train_length``: never assumed)."""
+    c = c[c.sigma_x.notna()] if "sigma_x" in c else c.assign(sigma_x=1.0)
+    ratio = c.length.astype(float) / c.train_length.astype(float)
+    summary = [
+        f"sigma_x={_g(s)} length={int(n)} ratio={r:.3g}" for s, n, r in zip(c.sigma_x, c.length, ratio)
+    ]
+    return c.assign(summary=summary)[paired.PER_SEED_COLUMNS]
 
 
 DEVIANT_METRICS = (
@@ -596,7 +626,7 @@ def other_claims(frame: pd.DataFrame) -> list[Claim]:
         specs = []
         for a in sorted(set(g.arch)):
             at = {"group": group, "arch": a, "predictor": "model"}
-            cells = ladder_cells(ax, set(g.task))
+            cells = ladder_cells(ax, set(g.task), g)
             for label, t, metric, summ in cells:
                 specs.append(
                     Spec(
@@ -619,10 +649,12 @@ def other_claims(frame: pd.DataFrame) -> list[Claim]:
     return out
 
 
-def ladder_cells(ax: dict, tasks: set) -> list[tuple[str, str, str, str]]:
+def ladder_cells(ax: dict, tasks: set, frame: pd.DataFrame | None = None) -> list[tuple[str, str, str, str]]:
     """The cells a ladder compares across rungs, (label, task, metric, summary): per quantifier task σ
     shift at training lengths, length shift at the training σ and the adverse deviant insertion (largest
-    M, k = 1); on linear the largest σ_F at x ~ N(0, 1)."""
+    M, k = 1); on linear the largest σ_F at x ~ N(0, 1); and, where ``frame`` has length curves
+    (:func:`length_rows`), the longest length at σ_x = 1 of linear (MSE) and of the length tasks (token
+    error)."""
     s_max, s_min, L, m_max = ax["sigma_max"], ax["sigma_min"], ax["length_max"], ax["M_max"]
     cells = []
     for t in [t for t in QUANT if t in tasks]:
@@ -637,9 +669,17 @@ def ladder_cells(ax: dict, tasks: set) -> list[tuple[str, str, str, str]]:
             cells.append(
                 (f"deviant {sign} M = {_g(m_max)}", t, "sequence_error", f"sign={sign} M={_g(m_max)} k=1")
             )
-    if ax["sigma_f"] and "linear" in tasks:
+    if ax["sigma_f"] and "linear" in tasks and ax["sigma_f"][-1] > 1:
         sf = _g(ax["sigma_f"][-1])
         cells.append((f"σ_F = {sf}", "linear", "mse", f"sigma_f={sf} sigma_x=1"))
+    curves = length_curves(frame) if frame is not None else pd.DataFrame()
+    for t in sorted(tasks - set(QUANT)):
+        c = curves[(curves.task == t) & np.isclose(curves.sigma_x, 1.0)] if len(curves) else curves
+        if len(c):
+            top = c[c.ratio == c.ratio.max()].iloc[0]
+            cells.append(
+                (f"length {top.length} (×{top.ratio:g})", t, LENGTH_METRIC.get(t, "token_error"), top.summary)
+            )
     return cells
 
 
@@ -832,6 +872,8 @@ def shift_figure(frame: pd.DataFrame, task: str, out: Path, base: tuple[str, str
     sig = g[g.summary.str.startswith("train_lengths")].assign(
         point=lambda f: "σ=" + f.summary.str.split("=").str[-1]
     )
+    if ax_["sigma_min"] is None:  # no cell at training lengths (a run whose curriculum stopped short)
+        return None
     lng = g[g.summary.str.match(rf"sigma={_g(ax_['sigma_min'])} length=")].assign(
         point=lambda f: "L=" + f.summary.str.split("=").str[-1]
     )
@@ -1152,7 +1194,7 @@ def ladder_figures(frame: pd.DataFrame, out: Path) -> list[Path]:
         g = frame[(frame.group == group) & (frame.predictor == "model")]
         if g.arch.nunique() < 2:
             continue
-        for i, (label, task, metric, summ) in enumerate(ladder_cells(ax, set(g.task))):
+        for i, (label, task, metric, summ) in enumerate(ladder_cells(ax, set(g.task), g)):
             rows = g[(g.task == task) & (g.metric == metric) & (g.summary == summ)]
             path = dots(
                 rows,
@@ -1160,10 +1202,83 @@ def ladder_figures(frame: pd.DataFrame, out: Path) -> list[Path]:
                 "scorer",
                 f"{TASK_TEXT.get(task, task)}, {label}: per seed across `{group}`",
                 metric.replace("_", " "),
-                out / f"{group}_{i}_{task}.png",
+                out / f"{group}_arms_{i}_{task}.png",
                 log=metric == "mse",
                 order=sorted(set(rows.arch)),
             )
             if path:
                 paths.append(path)
     return paths
+
+
+# ------------------------------------------------------------------ length curves (length_cpu)
+LENGTH_METRIC = {
+    "linear": "mse"
+}  # a task's curve metric: quantifiers sequence error, length tasks token error
+
+
+def curve_metric(task: str) -> str:
+    return LENGTH_METRIC.get(task, "sequence_error" if task in QUANT else "token_error")
+
+
+def length_curves(frame: pd.DataFrame) -> pd.DataFrame:
+    """The per-seed rows of the length curves (:func:`length_rows`) with their σ_x, length and ratio to
+    the training length as columns, each task at its curve metric (:func:`curve_metric`)."""
+    if frame is None or not len(frame):
+        return pd.DataFrame()
+    c = frame[frame.summary.str.startswith("sigma_x=") & frame.summary.str.contains(" ratio=")]
+    c = c[[m == curve_metric(t) for t, m in zip(c.task, c.metric)]]
+    if c.empty:
+        return pd.DataFrame()
+    parts = c.summary.str.extract(r"sigma_x=([\d.e+-]+) length=(\d+) ratio=([\d.e+-]+)")
+    return c.assign(sigma_x=parts[0].astype(float), length=parts[1].astype(int), ratio=parts[2].astype(float))
+
+
+def length_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per task × architecture (position scheme) × scorer, and each baseline once: the curve metric at
+    σ_x = 1 per test length as a multiple of the training length (seed mean; seeds in the last column)."""
+    c = length_curves(frame)
+    c = c[np.isclose(c.sigma_x, 1.0)] if len(c) else c
+    if c.empty:
+        return pd.DataFrame()
+    c = c[(c.predictor == "model") | (c.scorer == "softmax")]
+    who = np.where(c.predictor == "model", c.scorer, "baseline: " + c.predictor)
+    c = c.assign(who=who, arch=np.where(c.predictor == "model", c.arch, "—"))
+    t = c.pivot_table(
+        index=["task", "arch", "who"], columns="ratio", values="value", aggfunc="mean", sort=False
+    )
+    t.columns = [f"×{r:.2g}" for r in t.columns]
+    t = t[sorted(t.columns, key=lambda x: float(x[1:]))]
+    t["seeds"] = c.groupby(["task", "arch", "who"], sort=False).seed.nunique()
+    t["metric"] = [curve_metric(task) for task in t.index.get_level_values("task")]
+    return t.reset_index().rename(columns={"who": "predictor"}).round(4)
+
+
+def length_figure(frame: pd.DataFrame, task: str, out: Path) -> Path | None:
+    """Error against test length / training length at σ_x = 1: a panel per architecture (position
+    scheme), a line per scorer (seed mean) over its per-seed dots; baselines dashed."""
+    c = length_curves(frame)
+    c = c[(c.task == task) & np.isclose(c.sigma_x, 1.0)] if len(c) else c
+    model = c[c.predictor == "model"] if len(c) else c
+    if model.empty:
+        return None
+    archs = sorted(set(model.arch))
+    fig, axs = plt.subplots(1, len(archs), figsize=(2.4 * len(archs) + 0.6, 2.6), sharey=True, squeeze=False)
+    for a, arch in zip(axs[0], archs):
+        for j, (scorer, g) in enumerate(model[model.arch == arch].groupby("scorer", sort=True)):
+            a.plot(g.ratio, g.value, "o", ms=2, alpha=0.35, color=f"C{j}")
+            m = g.groupby("ratio").value.mean()
+            a.plot(m.index, m.to_numpy(), "-", lw=1.5, color=f"C{j}", label=scorer)
+        for k, (pred, b) in enumerate(c[c.predictor != "model"].groupby("predictor", sort=True)):
+            m = b.groupby("ratio").value.mean()
+            a.plot(m.index, m.to_numpy(), ["--", ":", "-."][k % 3], color="k", lw=0.8, label=pred)
+        a.axvline(1.0, color="0.6", lw=0.6)
+        a.set_xscale("log", base=2)
+        a.set_title(ARCH_TEXT.get(arch, arch), fontsize=8)
+        a.set_xlabel("test length / training length", fontsize=7)
+        a.tick_params(labelsize=6)
+    axs[0][0].set_ylabel(curve_metric(task).replace("_", " "), fontsize=8)
+    axs[0][-1].legend(fontsize=6)
+    fig.suptitle(f"{TASK_TEXT.get(task, task)}: length extrapolation at σ_x = 1, per seed", fontsize=8)
+    fig.tight_layout()
+    return save(fig, out / f"length_{task}.png", formats=("png",), dpi=100)[0]

@@ -78,6 +78,11 @@ def title(name: str, setup: dict | None, where: str = "a CPU") -> str:
     archs = (setup or {}).get("archs", {})
     used = [a for g in (setup or {}).get("groups", {}).values() for a in g.get("archs", [])]
     archs = {a: archs[a] for a in dict.fromkeys(used) if a in archs} or archs  # not the inherited table
+    if any(o.startswith("model.pos=") for ov in archs.values() for o in ov):  # a position-scheme axis
+        return (
+            f"# {name}: what {size} transformers trained for {steps} steps on {where} can show about SSA's "
+            f"length claims under {len(archs)} position schemes ({', '.join(archs)}) — not the paper's scale"
+        )
     if any("n_layer" in o for ov in archs.values() for o in ov):  # the archs set the size: a scale ladder
         return (
             f"# {name}: what small transformers trained on {where} ({', '.join(archs)}) can show about SSA's "
@@ -220,6 +225,18 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
     for base in icl.bases(frame):
         for task in icl.QUANT:
             lines += figure_lines(icl.shift_figure(frame, task, figdir, base), f"shift {task}", name, figs)
+    curves = icl.length_table(frame) if len(frame) else pd.DataFrame()
+    if len(curves):
+        lines += section(
+            "Length extrapolation at σ = 1",
+            "Each task's error at test lengths as a multiple of its training length (×1: the longest "
+            "training prompt, read from the run), at the training distribution (σ_x = 1); per architecture "
+            "(position scheme) and scorer, seed mean, with the baselines once. Metric: sequence error for "
+            "the quantifiers, MSE for linear, token error for the length tasks.",
+            curves,
+        )
+        for task in dict.fromkeys(curves.task):
+            lines += figure_lines(icl.length_figure(frame, task, figdir), f"length {task}", name, figs)
     lines += section(
         "Where the out-of-distribution effects are",
         "SSA − softmax per cell of the largest-σ row and the longest length (not diluted by the "
