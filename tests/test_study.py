@@ -593,6 +593,11 @@ def test_a_study_without_core_reads_the_papers_claims_on_every_rung(tmp_path):
     assert "at most 5 paired seeds" in text and "2^(1−5) = 0.0625" in text
     # the ladder's figures: one per cell, rungs on the x axis
     figs = icl.ladder_figures(frame, tmp_path / "figs")
+    (tmp_path / "figs" / "ladder_0_every_num.png").write_bytes(b"an old name")  # from an earlier report
+    (tmp_path / "figs" / "per_seed_grid.csv").write_text("kept")
+    report.remove_stale_figures(tmp_path / "figs", figs)
+    left = sorted(p.name for p in (tmp_path / "figs").iterdir())
+    assert left == ["ladder_arms_0_every_num.png", "ladder_arms_1_every_num.png", "per_seed_grid.csv"]
     assert [f.name for f in figs] == ["ladder_arms_0_every_num.png", "ladder_arms_1_every_num.png"]
     ladder = table[table.claim == "ssa_ladder"]
     assert list(ladder.contrast) == [

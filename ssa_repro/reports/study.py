@@ -292,7 +292,17 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "the paired test at the seeds used, and the seeds needed for 80% (counted up with `stats.power_paired`; at least 6, the fewest whose exact sign-flip test can reach p < 0.05).",
         paired.power_table(table) if len(table) else None,
     )
+    remove_stale_figures(figdir, figs)
     return finish(lines, table, missing, setup, out_dir, name)
+
+
+def remove_stale_figures(figdir: Path, figs: list) -> None:
+    """Remove the PNGs in the report's own folder that this report did not draw (a renamed or no longer
+    drawn figure), so the folder holds exactly what the markdown links; nothing else is touched."""
+    drawn = {Path(f).resolve() for f in figs}
+    for old in Path(figdir).glob("*.png"):
+        if old.resolve() not in drawn:
+            old.unlink()
 
 
 CONTRAST_COLUMNS = [
