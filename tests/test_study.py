@@ -249,6 +249,23 @@ def test_a_report_says_where_its_runs_trained(tmp_path):
     assert "trained on one NVIDIA H200 (A_2L32_3k" in report.title("icl_scale", ladder, "one NVIDIA H200")
 
 
+def _grid_row(group, task, scorer, arch, seed, summary, value) -> dict:
+    """One per-seed row of a made-up grid (the model's sequence error, training σ 1)."""
+    return dict(
+        group=group,
+        task=task,
+        scorer=scorer,
+        arch=arch,
+        train_sigma=1.0,
+        seed=seed,
+        evaluation="grid_quantifier",
+        predictor="model",
+        metric="sequence_error",
+        summary=summary,
+        value=value,
+    )
+
+
 def _synthetic_per_seed(tmp_path) -> dict[str, Path]:
     """Per-seed grid values of a made-up study: every_num, 10 core seeds, SSA 0.3 below softmax at σ = 16
     (training lengths) in every seed; post-LN (6 seeds) near 0 where pre-LN fails; some_num no effect."""
@@ -256,21 +273,7 @@ def _synthetic_per_seed(tmp_path) -> dict[str, Path]:
     rows = []
 
     def add(group, task, scorer, arch, seed, summary, value):
-        rows.append(
-            dict(
-                group=group,
-                task=task,
-                scorer=scorer,
-                arch=arch,
-                train_sigma=1.0,
-                seed=seed,
-                evaluation="grid_quantifier",
-                predictor="model",
-                metric="sequence_error",
-                summary=summary,
-                value=value,
-            )
-        )
+        rows.append(_grid_row(group, task, scorer, arch, seed, summary, value))
 
     for seed in range(10):
         for task in ("every_num", "some_num"):
@@ -549,21 +552,7 @@ def _ladder_per_seed(tmp_path, seeds: int = 5) -> dict[str, Path]:
                         (0.1 + 0.2 * (scorer == "ssa") + 0.01 * seed) if arch == "A" else 0.002,
                     ),
                 ):
-                    rows.append(
-                        dict(
-                            group="ladder",
-                            task="every_num",
-                            scorer=scorer,
-                            arch=arch,
-                            train_sigma=1.0,
-                            seed=seed,
-                            evaluation="grid_quantifier",
-                            predictor="model",
-                            metric="sequence_error",
-                            summary=summary,
-                            value=value,
-                        )
-                    )
+                    rows.append(_grid_row("ladder", "every_num", scorer, arch, seed, summary, value))
     path = tmp_path / "per_seed_grid.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     return {"grid": path}
