@@ -149,6 +149,37 @@ def test_metrics_skip_ignored_targets():
     assert m["token_error"].item() == 0.5 and m["sequence_error"].item() == 1.0
 
 
+def test_a_prompt_with_no_scored_token_is_an_error_not_a_zero():
+    """Counting scores one token a prompt: a grid that skipped the first 3 predictions scored none and read
+    every error as 0 (found in the length study); now that is refused where it would happen."""
+    t = task("counting")
+    b = t.sample(4, 16, gen(), "cpu")
+    pred = torch.zeros(4, 1, t.vocab_size())
+    assert t.prompt_metrics(pred, b, 0)["token_error"].shape == (4,)
+    with pytest.raises(ValueError, match="no scored token.*eval.skip_first"):
+        t.prompt_metrics(pred, b, 3)
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_a_token_task_grid_refuses_skipping_predictions(name):
+    from ssa_repro.cli.train_app import problems as run_problems  # with the end-of-run evaluation's
+
+    found = run_problems(make_cfg(f"task={name}", "evaluation.skip_first=3"))
+    assert any("evaluation.skip_first=3" in p and "use evaluation.skip_first=0" in p for p in found), found
+    assert run_problems(make_cfg(f"task={name}", "evaluation.skip_first=0")) == []
+    assert run_problems(make_cfg(f"task={name}")) == []  # null: the token grid's own 0
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_a_token_task_grid_scores_every_determined_token(name, tmp_path):
+    """An untrained model and the uniform guess are wrong on most scored tokens at every grid length (each
+    task has at least 2 answers a token): a grid that scored nothing would read 0 here."""
+    summary = run_job(make_cfg(f"task={name}"), tmp_path)
+    quick = summary["evaluations"]["quick"]
+    assert quick["in_distribution"]["random_token"] > 0.3, quick["in_distribution"]
+    assert quick["worst"] > 0.3, quick
+
+
 # ------------------------------------------------------------------ the CLI path
 @pytest.mark.slow
 def test_mqar_with_alibi_and_ssa_trains_and_evaluates(tmp_path):

@@ -73,7 +73,10 @@ class GridConfig(EvalConfig):
     lengths: list[int] | None = None  # examples per prompt
     n_samples: int | None = None  # batches per cell
     batch_size: int | None = None  # prompts per batch
-    skip_first: int = 3  # metrics count predictions from this index on
+    # metrics count predictions from this index on; null: the preset's (3 for the in-context tasks, whose
+    # first predictions see too few examples to determine the answer; 0 for the token tasks, whose every
+    # scored token is determined by its prompt)
+    skip_first: int | None = None
     seed: int = 1234
     reuse_draws: bool = False  # true: the same draws scaled by every σ (the public code's quantifier grid)
     nested: bool | None = None  # score every length on prefixes of the longest prompts; null: the preset's
@@ -125,6 +128,8 @@ class GridEvaluation(Evaluator):
         for key in ("sigmas", "lengths", "n_samples", "batch_size"):
             if c[key] is None:
                 c[key] = preset.get(key)
+        if c.skip_first is None:
+            c.skip_first = int(preset.get("skip_first", 3))
         super().resolve()  # lengths: [curriculum.end] where the preset has none
         if "sigma_f" in spec.axes and c.sigmas_f is None:
             c.sigmas_f = list(c.sigmas)
@@ -172,8 +177,17 @@ class GridEvaluation(Evaluator):
         for key in ("n_samples", "batch_size"):
             if c[key] < 1:
                 out.append(f"eval.{key}={c[key]} must be >= 1")
+        if c.skip_first is None:
+            c.skip_first = 3  # no declared grid to take it from (resolve)
         if c.skip_first < 0:
             out.append(f"eval.skip_first={c.skip_first} must be >= 0")
+        elif c.skip_first and self.task.tokens:
+            # a token task's scored predictions are few and each is determined by its prompt (counting
+            # scores one per prompt: skipping 3 left none, and every error read 0)
+            out.append(
+                f"eval.skip_first={c.skip_first}: task {self.task.cfg.name} scores every determined token "
+                "of a prompt (a token task); use eval.skip_first=0"
+            )
         elif c.lengths and not self.task.classification and c.skip_first >= min(c.lengths):
             out.append(
                 f"eval.skip_first={c.skip_first} must be < the shortest of eval.lengths={_list(c.lengths)} "

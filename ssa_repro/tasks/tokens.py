@@ -45,6 +45,7 @@ def token_evaluation(
                 "n_samples": 16,
                 "batch_size": 64,
                 "nested": False,
+                "skip_first": 0,  # every scored token is determined by the prompt
             },
             quick={
                 "sigmas": list(settings),
@@ -52,6 +53,7 @@ def token_evaluation(
                 "n_samples": 2,
                 "batch_size": 64,
                 "nested": False,
+                "skip_first": 0,
             },
             metrics=(Metric("token_error"), Metric("sequence_error")),
             headline="token_error",
@@ -98,11 +100,19 @@ class TokenTask(Task):
         return ((pred.argmax(-1) != targets) & (targets != IGNORE)).float()
 
     def prompt_metrics(self, pred, batch, skip_first):
+        """``token_error``: the share of a prompt's scored tokens (target not IGNORE, from prediction
+        ``skip_first`` on) that are wrong; ``sequence_error``: any of them wrong. A prompt with no scored
+        token is an error, not a zero (it hid a grid that scored nothing)."""
         scored = (batch.targets != IGNORE).float()  # [B, P]
         scored[:, :skip_first] = 0.0
+        if (scored.sum(1) == 0).any():
+            raise ValueError(
+                f"{self.cfg.name}: a prompt has no scored token from prediction {skip_first} on "
+                f"({batch.targets.shape[1]} predictions); lower eval.skip_first"
+            )
         wrong = self.error(pred, batch.targets) * scored
         return {
-            "token_error": wrong.sum(1) / scored.sum(1).clamp_min(1.0),
+            "token_error": wrong.sum(1) / scored.sum(1),
             "sequence_error": wrong.amax(1),
         }
 
