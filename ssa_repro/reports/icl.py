@@ -621,6 +621,10 @@ def other_claims(frame: pd.DataFrame) -> list[Claim]:
     # any other group (e.g. icl_scale's ladder): SSA − softmax per architecture (rung) on each axis apart —
     # σ shift at training lengths, length shift at the training σ and the adverse deviant insertion on the
     # quantifiers, the largest σ_F on linear — so the rungs can be read side by side
+    learned = length_learned(frame)
+    learned = {
+        tuple(k): v for k, v in zip(learned[["group", "task", "arch", "scorer"]].values, learned.learned)
+    }
     for group in sorted(set(frame.group) - set(KNOWN_GROUPS)):
         g = frame[frame.group == group]
         specs = []
@@ -628,6 +632,8 @@ def other_claims(frame: pd.DataFrame) -> list[Claim]:
             at = {"group": group, "arch": a, "predictor": "model"}
             cells = ladder_cells(ax, set(g.task), g)
             for label, t, metric, summ in cells:
+                # a length task that neither model learned: shown, not judged (paired.NOT_LEARNED)
+                judged = any(learned.get((group, t, a, s), True) for s in ("softmax", "ssa"))
                 specs.append(
                     Spec(
                         f"{a}, {t}, {label}",
@@ -635,6 +641,7 @@ def other_claims(frame: pd.DataFrame) -> list[Claim]:
                         {**at, "task": t, "scorer": "softmax", "summary": summ},
                         {**at, "task": t, "scorer": "ssa", "summary": summ},
                         -1,
+                        judged,
                     )
                 )
         out.append(
@@ -1232,6 +1239,28 @@ def length_curves(frame: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     parts = c.summary.str.extract(r"sigma_x=([\d.e+-]+) length=(\d+) ratio=([\d.e+-]+)")
     return c.assign(sigma_x=parts[0].astype(float), length=parts[1].astype(int), ratio=parts[2].astype(float))
+
+
+def length_learned(frame: pd.DataFrame) -> pd.DataFrame:
+    """Whether each length task's model learned it: per group × task × architecture × scorer, the seed-mean
+    error at the training length (×1, σ_x = 1) against the best label-rule baseline's there (``baseline``,
+    the lowest seed-mean of the baselines; they do not depend on the model); ``learned`` when the model's
+    is lower by more than the metric's margin (``stats.MARGINS``: 0.02 for token error). The paper's tasks
+    (quantifiers, linear) are not listed: their claims read their own cells."""
+    cols = ["group", "task", "arch", "scorer", "model", "baseline", "learned"]
+    c = length_curves(frame)
+    if c.empty:
+        return pd.DataFrame(columns=cols)
+    c = c[np.isclose(c.sigma_x, 1.0) & np.isclose(c.ratio, 1.0) & ~c.task.isin([*QUANT, "linear"])]
+    model = c[c.predictor == "model"].groupby(["group", "task", "arch", "scorer"]).value.mean()
+    if model.empty:
+        return pd.DataFrame(columns=cols)
+    base = c[c.predictor != "model"].groupby(["task", "predictor"]).value.mean().groupby("task").min()
+    out = model.rename("model").reset_index()
+    out["baseline"] = out.task.map(base)
+    margin = [stats.MARGINS.get(curve_metric(t), 0.0) for t in out.task]
+    out["learned"] = (out.model < out.baseline - margin) | out.baseline.isna()
+    return out[cols]
 
 
 def length_table(frame: pd.DataFrame) -> pd.DataFrame:

@@ -182,6 +182,14 @@ class Spec:
     a: Mapping
     b: Mapping
     claimed_sign: int  # +1: the claim says b > a
+    # False where neither arm's model learned the task (neither beats the label-rule baseline where it was
+    # trained): the difference of two guesses says nothing about the claim, so the contrast is shown with
+    # its numbers but its verdict is NOT_LEARNED, which no finding and no claim verdict counts
+    judged: bool = True
+
+
+# the verdict of a contrast between two models that both failed to learn (Spec.judged = False)
+NOT_LEARNED = "not judged (neither model learned)"
 
 
 @dataclass(frozen=True)
@@ -232,8 +240,11 @@ def claims_table(frame: pd.DataFrame, claims: Sequence[Claim], *, n_boot: int = 
     p = p[both]
     if p.empty:
         return pd.DataFrame()
-    t = stats.contrast_table(
-        p,
+    # Holm within each claim over the judged contrasts only: an unjudged one (two models that did not
+    # learn, Spec.judged) gets its estimate and interval, but joins no family and no finding
+    unjudged = {(c.key, s.label) for c in claims for s in c.specs if not s.judged}
+    judged = np.array([(c, s) not in unjudged for c, s in zip(p.claim, p.contrast)], dtype=bool)
+    kw = dict(
         by=["claim", "contrast", "metric"],
         arm_col="arm",
         base="a",
@@ -243,7 +254,18 @@ def claims_table(frame: pd.DataFrame, claims: Sequence[Claim], *, n_boot: int = 
         family=["claim"],
         n_boot=n_boot,
     )
-    t["p_holm_table"] = stats.holm(t.p_value.to_numpy())
+    parts = []
+    if judged.any():
+        t = stats.contrast_table(p[judged], **kw)
+        t["p_holm_table"] = stats.holm(t.p_value.to_numpy())
+        parts.append(t)
+    if not judged.all():
+        parts.append(stats.contrast_table(p[~judged], **kw).assign(verdict=NOT_LEARNED, p_holm_table=np.nan))
+    t = parts[0]
+    if len(parts) > 1 or not judged.any():  # each unjudged row back beside its claim's others
+        t = pd.concat(parts, ignore_index=True)
+        first = {c: i for i, c in reversed(list(enumerate(t.claim)))}
+        t = t.iloc[np.argsort([first[c] for c in t.claim], kind="stable")].reset_index(drop=True)
     means = p.groupby(["claim", "contrast", "arm"]).value.mean().unstack("arm")
     t["mean_a"] = [means.loc[(c, s), "a"] for c, s in zip(t.claim, t.contrast)]
     t["mean_b"] = [means.loc[(c, s), "b"] for c, s in zip(t.claim, t.contrast)]
@@ -253,10 +275,13 @@ def claims_table(frame: pd.DataFrame, claims: Sequence[Claim], *, n_boot: int = 
 def claim_verdict(verdicts: Sequence[str]) -> str:
     """A claim's verdict from its contrasts' (one per task): every one "yes" → yes; some "yes" →
     partly; else any "contradicted" → contradicted; every one "within ±m" → within; else underpowered;
-    no contrast → "not measured"."""
+    no contrast → "not measured". Contrasts :data:`NOT_LEARNED` do not count (all of them: NOT_LEARNED)."""
     v = list(verdicts)
     if not v:
         return "not measured"
+    if all(x == NOT_LEARNED for x in v):
+        return NOT_LEARNED
+    v = [x for x in v if x != NOT_LEARNED]
     if all(x == stats.YES for x in v):
         return stats.YES
     if stats.YES in v:

@@ -237,6 +237,16 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         )
         for task in dict.fromkeys(curves.task):
             lines += figure_lines(icl.length_figure(frame, task, figdir), f"length {task}", name, figs)
+        learned = icl.length_learned(frame)
+        if len(learned):
+            lines += section(
+                "Did the length tasks' models learn",
+                "At the training length (×1, σ_x = 1): the model's seed-mean error against the best "
+                "label-rule baseline's; learned when lower by more than the metric's margin. An SSA − "
+                "softmax contrast where neither model learned is shown but not judged "
+                f"(*{paired.NOT_LEARNED}*): it joins no Holm family, no finding and no claim verdict.",
+                learned.round(4),
+            )
     lines += section(
         "Where the out-of-distribution effects are",
         "SSA − softmax per cell of the largest-σ row and the longest length (not diluted by the "
@@ -334,7 +344,8 @@ def other_groups_lines(table: pd.DataFrame, groups: set | None) -> list[str]:
             f"Group `{group}`: SSA − softmax per architecture",
             f"The claims table's `ssa_{group}` rows: per architecture (a rung of a scale ladder), SSA − "
             "softmax paired by seed on σ shift at training lengths, length shift at the training σ and the "
-            "adverse deviant insertion (quantifiers), and the largest σ_F (linear; a ratio of MSEs).",
+            "adverse deviant insertion (quantifiers), the largest σ_F (linear; a ratio of MSEs) and the "
+            "longest length of a length task (token error; not judged where neither model learned it).",
             claim_rows(table, [f"ssa_{group}"]),
         )
     return out
