@@ -256,12 +256,35 @@ def test_majority_and_random_token_guesses_against_a_direct_count():
     assert abs(share - 0.1) < 0.01, share
 
 
+def test_the_context_guess_names_an_answer_of_the_prompt_so_far():
+    """On MQAR it picks one of the prompt's values (never a key, never one not yet shown) uniformly: token
+    error 1 − 1/(distinct values) on average, recomputed here prompt by prompt; where no answer has
+    occurred it falls back to the majority answer."""
+    from ssa_repro.tasks.baselines import context_token
+
+    t, n = task("mqar"), 4
+    b = t.sample(512, n, gen(3), "cpu")
+    guess = context_token(b.tokens, b.targets).argmax(-1)  # [B, T]
+    at_queries = guess[:, b.pred_idx]  # [B, n]
+    expected_right = 0.0
+    for row, g in zip(b.tokens.tolist(), at_queries.tolist()):
+        values = set(row[1 : 2 * n : 2])
+        assert set(g) <= values  # a value of this prompt
+        expected_right += n / len(values)  # each query: right with probability 1 / (distinct values)
+    err = (at_queries != b.targets).float().mean().item()
+    want = 1 - expected_right / (512 * n)
+    assert abs(err - want) < 0.03, (err, want)
+    # before any answer has occurred (a key at position 0): the majority answer
+    maj = torch.bincount(b.targets.flatten()).argmax()
+    assert (guess[:, 0] == maj).all()
+
+
 @pytest.mark.parametrize("name", NEW)
 def test_token_tasks_declare_the_guesses_and_other_kinds_are_refused(name):
     from ssa_repro.tasks.baselines import problems as baseline_problems
 
     grid = TASKS.get(name).evaluation.grid
-    assert grid.baselines == ("majority_token", "random_token")
+    assert grid.baselines == ("majority_token", "random_token", "context_token")
     assert baseline_problems(grid.baselines, False, tokens=True) == []
     [msg] = baseline_problems(["least_squares"], False, tokens=True)
     assert "do not apply to a token task" in msg and "majority_token" in msg

@@ -18,6 +18,10 @@ the most frequent scored target of the batch everywhere (the constant-answer flo
 a uniformly random one of the batch's distinct scored targets per position (chance: token error
 ≈ 1 − 1/(number of possible answers) when the batch shows them all; a fixed seed, so it is the same
 on every model's prompts). Neither reads the prompt: a model must beat both to have used it.
+``context_token`` reads it without recall: at each position a uniformly random one of the answers that
+have occurred in the prompt so far (the batch's majority answer where none has), so on MQAR it names a
+value of the prompt without knowing which (token error ≈ 1 − 1/n at n pairs): a model must beat it to
+have recalled anything.
 """
 
 from __future__ import annotations
@@ -239,7 +243,23 @@ def random_token(tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return _one_hot_logits(answers.cpu()[pick], vocab).to(tokens.device)
 
 
-TOKEN_GUESSES = ("majority_token", "random_token")
+def context_token(tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """[B, T, V]: at position t, a uniformly random one of the batch's distinct scored targets that occur
+    in tokens[:, :t + 1] (seeded); where none has occurred yet, the batch's majority answer."""
+    answers = torch.unique(_scored(targets))  # [K]
+    vocab = int(max(tokens.max(), answers.max())) + 1
+    is_answer = torch.zeros(vocab, dtype=torch.bool, device=tokens.device)
+    is_answer[answers] = True
+    seen = torch.nn.functional.one_hot(tokens, vocab).cumsum(1) > 0  # [B, T, V]: occurred up to t
+    seen &= is_answer
+    g = torch.Generator(device="cpu").manual_seed(RANDOM_TOKEN_SEED)
+    draw = torch.rand(seen.shape, generator=g).to(tokens.device)  # a uniform pick among the seen answers
+    pick = torch.where(seen, draw, -1.0).argmax(-1)  # [B, T]
+    top = majority_token(tokens, targets).argmax(-1)  # [B, T]
+    return _one_hot_logits(torch.where(seen.any(-1), pick, top), vocab)
+
+
+TOKEN_GUESSES = ("majority_token", "random_token", "context_token")
 
 LABEL_RULES = ("always_true", "always_false", "sign_x", "cumulative_and", "cumulative_or", "sign_of_largest")
 
@@ -260,4 +280,5 @@ BASELINES = {
     "sign_of_largest": sign_of_largest,
     "majority_token": majority_token,
     "random_token": random_token,
+    "context_token": context_token,
 }
