@@ -44,7 +44,7 @@ from ssa_repro.evaluation.intervals import summarize
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.models.positions import position_limit, without_table
-from ssa_repro.tasks.base import Prompts
+from ssa_repro.tasks.base import Grid, Prompts
 from ssa_repro.tasks.baselines import BASELINES
 from ssa_repro.tasks.baselines import problems as baseline_problems
 from ssa_repro.tasks.curriculum import n_points
@@ -73,9 +73,9 @@ class GridConfig(EvalConfig):
     lengths: list[int] | None = None  # examples per prompt
     n_samples: int | None = None  # batches per cell
     batch_size: int | None = None  # prompts per batch
-    # metrics count predictions from this index on; null: the preset's (3 for the in-context tasks, whose
-    # first predictions see too few examples to determine the answer; 0 for the token tasks, whose every
-    # scored token is determined by its prompt)
+    # metrics count predictions from this index on; null: the task's grid's (Grid.skip_first: 3 for the
+    # in-context tasks, whose first predictions see too few examples to determine the answer; 0 for the
+    # token tasks, whose every scored token is determined by its prompt)
     skip_first: int | None = None
     seed: int = 1234
     reuse_draws: bool = False  # true: the same draws scaled by every σ (the public code's quantifier grid)
@@ -129,7 +129,7 @@ class GridEvaluation(Evaluator):
             if c[key] is None:
                 c[key] = preset.get(key)
         if c.skip_first is None:
-            c.skip_first = int(preset.get("skip_first", 3))
+            c.skip_first = spec.skip_first
         super().resolve()  # lengths: [curriculum.end] where the preset has none
         if "sigma_f" in spec.axes and c.sigmas_f is None:
             c.sigmas_f = list(c.sigmas)
@@ -177,8 +177,8 @@ class GridEvaluation(Evaluator):
         for key in ("n_samples", "batch_size"):
             if c[key] < 1:
                 out.append(f"eval.{key}={c[key]} must be >= 1")
-        if c.skip_first is None:
-            c.skip_first = 3  # no declared grid to take it from (resolve)
+        if c.skip_first is None:  # no declared grid to take it from (resolve): the in-context default
+            c.skip_first = Grid.skip_first
         if c.skip_first < 0:
             out.append(f"eval.skip_first={c.skip_first} must be >= 0")
         elif c.skip_first and self.task.tokens:

@@ -114,6 +114,10 @@ class Grid:
     headline: str  # the metric of heat maps, summaries and comparisons
     baselines: tuple[str, ...] = ()  # tasks/baselines.py names, scored on the same prompts
     by_position: str | None = None  # the per-position metric (task.error), for accuracy curves
+    # the grid's eval.skip_first where it is null: predictions scored from this index on (the in-context
+    # tasks' first predictions see too few examples to determine the answer; a token task's are all
+    # determined by the prompt: 0)
+    skip_first: int = 3
 
 
 @dataclass(frozen=True)

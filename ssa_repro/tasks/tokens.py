@@ -45,7 +45,6 @@ def token_evaluation(
                 "n_samples": 16,
                 "batch_size": 64,
                 "nested": False,
-                "skip_first": 0,  # every scored token is determined by the prompt
             },
             quick={
                 "sigmas": list(settings),
@@ -53,11 +52,11 @@ def token_evaluation(
                 "n_samples": 2,
                 "batch_size": 64,
                 "nested": False,
-                "skip_first": 0,
             },
             metrics=(Metric("token_error"), Metric("sequence_error")),
             headline="token_error",
             baselines=TOKEN_GUESSES,  # the floors a model must beat (tasks/baselines.py)
+            skip_first=0,  # every scored token is determined by the prompt
         ),
         supports=("grid",),
     )
