@@ -239,6 +239,9 @@ def test_early_quick_end_to_end_and_the_report_reads_back(data, tmp_path):
         path = out / "early_quick" / f"{fig}.png"
         assert path.exists() and path.stat().st_size > 2000, fig
     assert "55.5 / 57.7 / 61.55" in text  # the paper's table 3 beside ours (agreement across RC)
+    # the regime section: one learning curve per candidate size (group × architecture), each checkpoint
+    regime = text.split("## Choosing the regime")[1].split("\n## ")[0]
+    assert "| curves | small | 0 | 20 |" in regime and "| curves_wide | wide | 0 | 10 |" in regime
 
     # a per-seed value against the raw stored parts: softmax seed 1, agreement across RC, PLL, step 5
     csvs = {

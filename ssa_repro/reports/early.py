@@ -847,8 +847,11 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "Choosing the regime: learning curves",
         "Softmax, first seed, per group and architecture (the candidate settings): at each kept checkpoint, "
         "how many Zorro probes lie above chance (95% Wilson interval of the PLL accuracy above 50%), the "
-        "means and the held-out masked-LM loss. The study's setting is the cheapest whose last checkpoint "
-        "has most of the paper's 12 above chance (conf/study/" + name + ".yaml says what was measured).",
+        "means and the held-out masked-LM loss. The rule: the cheapest setting whose last checkpoint has most "
+        "of the paper's 12 above chance, else the cheapest at the plateau of the count (conf/study/"
+        + name
+        + ".yaml records the measurement the matrix was chosen from, before it ran; the other candidates "
+        "here were trained alongside, to show whether a longer or wider model would have changed the choice).",
         reg,
     )
     for f in (regime_figure(frame, figdir), zorro_curves_figure(frame, figdir)) if len(frame) else ():
