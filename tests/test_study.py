@@ -8,6 +8,7 @@ import glob
 import gzip
 import itertools
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -646,3 +647,36 @@ def test_a_contrast_between_two_models_that_did_not_learn_is_shown_not_judged():
     assert paired.claim_verdict([paired.NOT_LEARNED]) == paired.NOT_LEARNED
     found = paired.findings(table)
     assert list(found.contrast) == ["alibi, counting, length 128 (×16)"]
+
+
+def test_the_wall_time_is_written_while_a_long_job_runs(tmp_path, monkeypatch):
+    """A study killed in the middle of a long job keeps the wall time it had run (the line used to be
+    written only when a job finished, so a session's kill lost the time since the last one)."""
+    root = tmp_path / "study"
+    seen = []
+
+    def slow(job, s, root_, index, n_jobs):
+        if index == 0:  # the first job outlasts several clock ticks before any job has finished
+            deadline = time.monotonic() + 10
+            while not (root / "wall_seconds.txt").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen.append(
+                (root / "wall_seconds.txt").read_text() if (root / "wall_seconds.txt").exists() else None
+            )
+        return [{"group": job.group, "job": job.name}]
+
+    monkeypatch.setattr(study, "run_one", slow)
+    monkeypatch.setattr(study, "INDEX_EVERY_S", 1e9)  # never after a job: only the clock writes
+    monkeypatch.setattr(study, "WALL_EVERY_S", 0.05)
+    study.run("quick", root, n_jobs=1)
+    assert seen[0] is not None and len(seen[0].splitlines()) == 1 and float(seen[0]) >= 0
+    assert len((root / "wall_seconds.txt").read_text().splitlines()) == 1  # the final line replaced it
+
+
+def test_the_wall_clock_thread_writes_until_the_block_ends():
+    calls = []
+    with study.wall_clock(lambda: calls.append(time.monotonic()), 0.01):
+        time.sleep(0.2)
+    n = len(calls)
+    time.sleep(0.05)
+    assert n >= 3 and len(calls) == n  # ticked while running, silent after

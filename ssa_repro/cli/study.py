@@ -257,6 +257,26 @@ def select_groups(
 
 
 INDEX_EVERY_S = 20.0  # while a study runs, its index.csv (and wall time) is rewritten at most this often
+WALL_EVERY_S = 60.0  # and its wall time at least this often (a study killed mid-job keeps its time so far)
+
+
+@contextlib.contextmanager
+def wall_clock(write, every: float):
+    """Call ``write()`` every ``every`` seconds from a daemon thread while the block runs; the thread has
+    stopped when the block ends, so what the caller writes after it is the last word."""
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(every):
+            write()
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def read_index(path: Path) -> pd.DataFrame | None:
@@ -340,16 +360,20 @@ def run(
     wall = root / "wall_seconds.txt"  # one line per invocation (a resumed study adds one)
     walls = wall.read_text() if wall.exists() else ""
 
+    def write_wall() -> None:
+        """This invocation's wall time so far: its line is rewritten each time."""
+        write_text(wall, walls + f"{time.perf_counter() - t0:.0f}\n")
+
     def write_progress(index: pd.DataFrame) -> None:
-        """The index so far and this invocation's wall time so far (its line is rewritten each time)."""
+        """The index so far and this invocation's wall time so far."""
         if not index.empty:
             write_text(index_file, index.to_csv(index=False))
-        write_text(wall, walls + f"{time.perf_counter() - t0:.0f}\n")
+        write_wall()
 
     results: list[tuple[list[dict], str]] = []
     last_write = time.monotonic()
     try:
-        with workers_stop_on_sigterm():
+        with workers_stop_on_sigterm(), wall_clock(write_wall, WALL_EVERY_S):
             # "generator": results in job order as they come, so the index grows while the study runs
             for result in Parallel(n_jobs=n_jobs, backend="loky", verbose=10, return_as="generator")(
                 delayed(run_one_or_fail)(job, study, root, i, n_jobs) for i, job in enumerate(todo)
