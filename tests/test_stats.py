@@ -37,6 +37,7 @@ from ssa_repro.evaluation.stats import (
     seeds_needed,
     sign_flip_p,
     simulate_rule,
+    student_interval,
     verdict,
 )
 
@@ -207,7 +208,9 @@ def test_paired_contrast_combines_the_two():
 
 
 def contrast(low, high, p=0.01):
-    return Contrast((low + high) / 2, low, high, p, 10, (), "identity")
+    # 10 per-seed differences tight around the middle: their t interval lies inside [low, high]
+    mid = (low + high) / 2
+    return Contrast(mid, low, high, p, 10, tuple(mid + 1e-4 * np.linspace(-1, 1, 10)), "identity")
 
 
 @pytest.mark.parametrize(
@@ -227,6 +230,24 @@ def contrast(low, high, p=0.01):
 )
 def test_verdict_rule(low, high, p, sign, want):
     assert verdict(contrast(low, high, p), margin=0.05, claimed_sign=sign) == want
+
+
+def test_equivalence_needs_the_t_interval_inside_the_margin_too():
+    """3 seeds: the bootstrap interval is at most the range of the d_s, so it sat inside ±log 1.02
+    where Student's t interval (the reference: scipy) reaches 0.030; not an equivalence call."""
+    d = np.array([-0.005, 0.005, 0.015])
+    margin = math.log(1.02)
+    c = paired_contrast(np.zeros(3), d, n_boot=20_000)
+    assert -margin <= c.low and c.high <= margin  # the bootstrap alone would say "within"
+    want = stats.t.interval(0.95, 2, loc=d.mean(), scale=stats.sem(d))
+    assert student_interval(d) == pytest.approx(want)
+    assert verdict(c, margin=margin, claimed_sign=-1) == UNDERPOWERED
+    # with 10 seeds of the same spread the t interval is inside: within
+    d10 = np.tile(d, 4)[:10] * 0.3
+    assert (
+        verdict(paired_contrast(np.zeros(10), d10, n_boot=20_000), margin=margin, claimed_sign=-1) == WITHIN
+    )
+    assert all(math.isnan(x) for x in student_interval([1.0]))
 
 
 def test_verdict_uses_the_adjusted_p():

@@ -361,8 +361,11 @@ def verdict(
       for −1) and p < α;
     - ``"contradicted"``: the same on the other side;
     - ``"not detected (within ±m)"``: otherwise, if the whole interval lies inside [−m, +m]
-      (m = ``margin``): any effect is too small to matter (an equivalence call, like TOST at the
-      interval's level);
+      (m = ``margin``), and so does Student's t interval of the per-seed differences at the same level,
+      d̄ ± t_{n−1} · sd(d_s)/√n (:func:`student_interval`): any effect is too small to matter (an
+      equivalence call, TOST-like). The t interval guards the few-seed case: the bootstrap interval
+      cannot be wider than the range of the d_s (3 seeds: it covers the mean ~75% of the time), so
+      alone it would call equivalence too readily;
     - ``"not detected (underpowered)"``: otherwise (also without an interval, e.g. one seed).
     """
     if claimed_sign not in (-1, 1):
@@ -379,8 +382,20 @@ def verdict(
     if significant and (high < 0 if claimed_sign > 0 else low > 0):
         return CONTRADICTED
     if -margin <= low and high <= margin:
-        return WITHIN
+        t_low, t_high = student_interval(contrast.per_seed, contrast.level)
+        if -margin <= t_low and t_high <= margin:
+            return WITHIN
     return UNDERPOWERED
+
+
+def student_interval(d, level: float = 0.95) -> tuple[float, float]:
+    """Student's t interval of the mean of ``d`` (the per-seed differences): d̄ ± t_{n−1,(1+level)/2} ·
+    sd(d, ddof 1)/√n; (NaN, NaN) with fewer than 2 values."""
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2:
+        return math.nan, math.nan
+    half = stats.t.ppf((1 + level) / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+    return float(d.mean() - half), float(d.mean() + half)
 
 
 # ------------------------------------------------------------------------------------------------

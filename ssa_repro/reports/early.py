@@ -835,7 +835,7 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "task items for every model), averaged over seeds; a 95% expanded percentile bootstrap interval over "
         "seeds; the exact sign-flip p over seeds, Holm-adjusted across the claim's contrasts. *yes* / "
         "*contradicted*: the interval excludes 0 (on the claimed / other side) and p_Holm < 0.05; *not "
-        "detected (within ±m)*: the interval inside ±m (Zorro ±2 points, masked-LM loss ±0.02 nats, "
+        "detected (within ±m)*: the interval and Student's t interval of the d_s inside ±m (Zorro ±2 points, masked-LM loss ±0.02 nats, "
         "perplexity ratio ±2%, LM-eval accuracy ±0.02); otherwise *not detected (underpowered)*. With n seeds "
         "the smallest two-sided p is 2^(1−n): 3 seeds can call nothing (0.25), 7 seeds a family of up to 3 "
         "contrasts. The tests are conditional on the probe pairs and items scored (every model sees the same).",

@@ -152,7 +152,7 @@ def rule_markdown(table: pd.DataFrame) -> list[str]:
         "percentile bootstrap interval over seeds; the exact sign-flip p over seeds, Holm-adjusted across "
         "the contrasts of the claim (one per task; `p_holm_table` in the CSV adjusts across the whole "
         "table). *yes*: the interval excludes 0 on the claimed side and p_Holm < 0.05; *contradicted*: the "
-        "same on the other side; *not detected (within ±m)*: the interval inside ±m (m per metric: "
+        "same on the other side; *not detected (within ±m)*: the interval and Student's t interval of the d_s inside ±m (m per metric: "
         + ", ".join(f"{k} {v:.3g}" for k, v in list(stats.MARGINS.items())[:4])
         + ", MSE ±log 1.1 on the log scale); otherwise *not detected (underpowered)*. A claim: *yes* if "
         "every contrast is, *partly* if some are, else *contradicted* if any is, *within ±m* if all are, "
