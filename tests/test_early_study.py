@@ -25,7 +25,7 @@ from ssa_repro.evaluation import stats
 from ssa_repro.evaluation.lm import chance
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.multiple_choice import Item
-from ssa_repro.reports import early
+from ssa_repro.reports import early, paired
 from ssa_repro.tasks import curriculum
 from ssa_repro.training import trainer, validate
 from tests.conftest import make_cfg
@@ -273,7 +273,7 @@ def test_early_quick_end_to_end_and_the_report_reads_back(data, tmp_path):
         table.estimate.to_numpy(float), published.estimate.to_numpy(float), rtol=1e-4, atol=1e-9
     )
     assert list(table.verdict) == list(published.verdict)
-    assert set(table.verdict) <= set(stats.VERDICTS)
+    assert set(table.verdict) <= {*stats.VERDICTS, paired.NOT_LEARNED}
     # and by hand: one contrast from the CSV's values
     r = table[table.claim == "zorro irregular ssa_n1.5"].iloc[0]
     sub = per[(per.item == "irregular-verb") & (per.method == "pll") & (per.step == 10)]
@@ -291,3 +291,112 @@ def test_early_quick_end_to_end_and_the_report_reads_back(data, tmp_path):
 
 def test_the_setup_names_the_report():
     assert OmegaConf.select(study.load("early_quick"), "report") == "early"
+
+
+def _zorro_frame(acc: dict[tuple[str, str], float], n: int = 500, seeds: int = 7) -> pd.DataFrame:
+    """A per-seed Zorro frame at one step: accuracy (%) per (scorer, item), the same for every seed
+    but for a ±0.2 point wobble, so the paired contrasts have a spread."""
+    rows = []
+    for (scorer, item), v in acc.items():
+        for s in range(seeds):
+            rows.append(
+                {
+                    "part": "zorro",
+                    "group": "mlm",
+                    "task": "mlm",
+                    "scorer": scorer,
+                    "arch": "small",
+                    "train_sigma": 1.0,
+                    "seed": s,
+                    "evaluation": "zorro",
+                    "step": 4000,
+                    "method": "pll",
+                    "item": item,
+                    "metric": "zorro_accuracy",
+                    "n": n,
+                    "value": v + 0.2 * (s % 3 - 1),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_a_probe_neither_arm_scores_above_chance_on_is_not_judged():
+    """Wilson (statsmodels) on the seed-mean accuracy over the probe's pairs: 53% of 500 pairs is not
+    above chance (lower bound 48.6%), 56% is (51.6%); a contrast between two arms at chance is shown, not
+    judged, and a contrast with one arm above chance is judged. The means are always judged."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    assert (
+        proportion_confint(265, 500, method="wilson")[0]
+        < 0.5
+        < proportion_confint(280, 500, method="wilson")[0]
+    )
+    rc, irr, pron = ZORRO[0], "irregular-verb", "anaphor_agreement-pronoun_gender"
+    frame = _zorro_frame(
+        {
+            ("softmax", rc): 50.0,
+            ("ssa_n2", rc): 53.0,  # neither above chance
+            ("softmax", irr): 50.0,
+            ("ssa_n1.5", irr): 56.0,  # one above
+            ("softmax", pron): 49.0,
+            ("ssa_n1.5", pron): 51.0,
+            ("softmax", early.MEAN_12): 50.0,
+            ("ssa_n1.5", early.MEAN_12): 50.5,
+            ("ssa_n2", early.MEAN_12): 50.2,
+        }
+    )
+    specs = {(c.key, s.label): s for c in early.claims(frame) for s in c.specs}
+    assert not specs[("zorro agr_rc ssa_n2", f"ssa_n2 − softmax, {rc}")].judged
+    assert specs[("zorro irregular ssa_n1.5", f"ssa_n1.5 − softmax, {irr}")].judged
+    assert not specs[("zorro pron_gender ssa_n1.5", f"ssa_n1.5 − softmax, {pron}")].judged
+    assert specs[("zorro mean12", f"ssa_n1.5 − softmax, {early.MEAN_12}")].judged
+    table = paired.claims_table(frame, early.claims(frame), n_boot=500).set_index("claim")
+    assert table.loc["zorro agr_rc ssa_n2", "verdict"] == paired.NOT_LEARNED
+    assert table.loc["zorro irregular ssa_n1.5", "verdict"] != paired.NOT_LEARNED
+    assert table.loc["zorro irregular ssa_n1.5", "estimate"] == pytest.approx(6.0)
+
+
+def test_an_lm_eval_task_at_the_majority_answer_is_not_judged():
+    """The floor of an LM-eval task is the higher of chance and the majority answer: BoolQ at 62% with a
+    63% majority answer is not learned, COPA at 66% of 100 items over a 55% majority is (Wilson 56.3%)."""
+    rows = []
+    for task, n, acc, chance_, majority in (
+        ("boolq", 500, (0.62, 0.62), 0.5, 0.63),
+        ("copa", 100, (0.55, 0.66), 0.5, 0.55),
+    ):
+        for scorer, a in zip(("softmax", "ssa"), acc):
+            for s in range(3):
+                for metric, v in (("task_accuracy", a), ("chance", chance_), ("majority", majority)):
+                    rows.append(
+                        {
+                            "part": "lm",
+                            "group": "lm",
+                            "task": "lm",
+                            "scorer": scorer,
+                            "arch": "small",
+                            "train_sigma": 1.0,
+                            "seed": s,
+                            "evaluation": "lm",
+                            "step": 1000,
+                            "method": "0-shot",
+                            "item": task,
+                            "metric": metric,
+                            "n": n,
+                            "value": v,
+                        }
+                    )
+    ppl = [
+        {**r, "method": "stream", "item": "heldout", "metric": "perplexity", "n": 4096, "value": 300.0}
+        for r in rows[:1]
+    ]
+    ppl += [{**ppl[0], "scorer": "ssa"}]
+    frame = pd.DataFrame(rows + ppl)  # the LM claims need the perplexity's last step
+    specs = {s.label: s for c in early.claims(frame) for s in c.specs if c.key.startswith("lm lm_eval")}
+    assert not specs["ssa − softmax, boolq"].judged and specs["ssa − softmax, copa"].judged
+
+
+def test_seeds_to_call_a_holm_family():
+    # the fewest n with k · 2^(1−n) < 0.05, by the exact sign-flip test's smallest p (enumerated)
+    for k, want in ((1, 6), (3, 7), (8, 9), (14, 10)):
+        assert early.seeds_to_call(k) == want
+        assert k * 2.0 ** (1 - want) < 0.05 <= k * 2.0 ** (2 - want)

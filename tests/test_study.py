@@ -680,3 +680,61 @@ def test_the_wall_clock_thread_writes_until_the_block_ends():
     n = len(calls)
     time.sleep(0.05)
     assert n >= 3 and len(calls) == n  # ticked while running, silent after
+
+
+def test_power_is_at_the_claims_holm_family_size():
+    """A contrast in a claim of k judged contrasts is powered at α/k (Holm's first step): checked against
+    statsmodels' paired t power; an unjudged contrast (neither model learned) is left out and does not
+    count towards its claim's family."""
+    from statsmodels.stats.power import TTestPower
+
+    rows = [
+        {"claim": "three", "contrast": c, "n_seeds": 7, "effect_size": 1.5, "verdict": stats.UNDERPOWERED}
+        for c in ("a", "b", "c")
+    ]
+    rows += [
+        {"claim": "one", "contrast": "d", "n_seeds": 7, "effect_size": 1.5, "verdict": stats.UNDERPOWERED},
+        {"claim": "one", "contrast": "e", "n_seeds": 7, "effect_size": 1.5, "verdict": paired.NOT_LEARNED},
+    ]
+    t = paired.power_table(pd.DataFrame(rows)).set_index("contrast")
+    assert list(t.index) == ["a", "b", "c", "d"] and list(t["family k"]) == [3, 3, 3, 1]
+    want = {k: TTestPower().power(effect_size=1.5, nobs=7, alpha=0.05 / k) for k in (1, 3)}
+    assert t.loc["a", "power now"] == pytest.approx(want[3], abs=0.006)
+    assert t.loc["d", "power now"] == pytest.approx(want[1], abs=0.006)
+    assert want[3] < want[1]
+    # the seeds for 80%: the first n whose power at α/k reaches 0.8, and never below the exact test's floor
+    n3 = int(t.loc["a", "seeds for 80%"])
+    assert TTestPower().power(effect_size=1.5, nobs=n3, alpha=0.05 / 3) >= 0.8 and 3 * 2.0 ** (1 - n3) < 0.05
+    assert n3 >= int(t.loc["d", "seeds for 80%"])
+
+
+def test_claims_table_means_are_on_the_contrasts_scale():
+    """For a log-scale metric (perplexity) each arm's mean is geometric, so mean_b / mean_a is the ratio
+    the estimate reports (exp of the mean log ratio); an identity-scale metric keeps arithmetic means."""
+    a, b = np.array([10.0, 100.0, 40.0]), np.array([9.0, 70.0, 41.0])
+    rows = [
+        {"seed": s, "scorer": sc, "metric": m, "value": v}
+        for m in ("perplexity", "sequence_error")
+        for sc, vals in (("softmax", a), ("ssa", b))
+        for s, v in enumerate(vals / (1 if m == "perplexity" else 200))
+    ]
+    frame = pd.DataFrame(rows)
+    claims = [
+        paired.Claim(
+            "c",
+            "claim",
+            "paper",
+            tuple(
+                paired.Spec(m, m, {"scorer": "softmax"}, {"scorer": "ssa"}, -1)
+                for m in ("perplexity", "sequence_error")
+            ),
+        )
+    ]
+    t = paired.claims_table(frame, claims, n_boot=200).set_index("contrast")
+    ppl = t.loc["perplexity"]
+    assert ppl.mean_a == pytest.approx(np.exp(np.log(a).mean())) and ppl.mean_b == pytest.approx(
+        np.exp(np.log(b).mean())
+    )
+    assert ppl.mean_b / ppl.mean_a == pytest.approx(np.exp(ppl.estimate))
+    err = t.loc["sequence_error"]
+    assert err.mean_a == pytest.approx(a.mean() / 200) and err.mean_b == pytest.approx(b.mean() / 200)

@@ -266,7 +266,13 @@ def claims_table(frame: pd.DataFrame, claims: Sequence[Claim], *, n_boot: int = 
         t = pd.concat(parts, ignore_index=True)
         first = {c: i for i, c in reversed(list(enumerate(t.claim)))}
         t = t.iloc[np.argsort([first[c] for c in t.claim], kind="stable")].reset_index(drop=True)
-    means = p.groupby(["claim", "contrast", "arm"]).value.mean().unstack("arm")
+    # each arm's seed mean on the contrast's scale: geometric for log-scale metrics (MSE, perplexity),
+    # so that mean_b / mean_a is exp(estimate), the ratio the contrast reports
+    scales = {**stats.METRIC_SCALES, **EXTRA_SCALES}
+    log = p.metric.map(lambda m: scales.get(m, "identity") == "log").to_numpy(bool)
+    on_scale = p.assign(value=np.where(log, np.log(p.value.clip(lower=stats.FLOOR)), p.value), log=log)
+    means = on_scale.groupby(["claim", "contrast", "arm"]).agg(value=("value", "mean"), log=("log", "first"))
+    means = means.value.where(~means.log, np.exp(means.value)).unstack("arm")
     t["mean_a"] = [means.loc[(c, s), "a"] for c, s in zip(t.claim, t.contrast)]
     t["mean_b"] = [means.loc[(c, s), "b"] for c, s in zip(t.claim, t.contrast)]
     return t
@@ -350,31 +356,37 @@ def rule_error_rates(n_seeds: Sequence[int], n_sim: int = 400, rho: float = 0.5)
     return pd.DataFrame(rows)
 
 
-def seeds_for(dz: float, power: float = 0.8, most: int = 500) -> str:
-    """The fewest paired seeds with :func:`stats.power_paired` ≥ ``power`` (what :func:`stats.seeds_needed`
-    computes, by counting up: its solver fails for very large d_z), or ``> most``."""
+def seeds_for(dz: float, power: float = 0.8, most: int = 500, alpha: float = 0.05) -> str:
+    """The fewest paired seeds with :func:`stats.power_paired` ≥ ``power`` at ``alpha`` (what
+    :func:`stats.seeds_needed` computes, by counting up: its solver fails for very large d_z), or ``> most``."""
     for n in range(2, most + 1):
-        if stats.power_paired(dz, n) >= power:
+        if stats.power_paired(dz, n, alpha) >= power:
             return str(n)
     return f"> {most}"
 
 
-def power_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Per contrast with an effect size: the seeds it used, its d_z, the power at those seeds and the
-    seeds needed for 80% power (:func:`stats.seeds_needed`)."""
+def power_table(table: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """Per judged contrast with an effect size: the seeds it used, its d_z, the size k of its claim's Holm
+    family (the claim's judged contrasts), and the power at those seeds and the seeds needed for 80%
+    power, both at α/k: Holm's first step, so the power is a lower bound and the seeds an upper one. A
+    family of k needs k · 2^(1−n) < α before the exact sign-flip test can call anything."""
+    judged = table[table.verdict != NOT_LEARNED] if "verdict" in table else table
+    family = judged.groupby("claim").size()
     rows = []
-    for r in table.itertuples():
+    for r in judged.itertuples():
         dz = r.effect_size
         if not np.isfinite(dz) or dz == 0:
             continue
+        k = int(family.get(r.claim, 1))
         rows.append(
             {
                 "claim": r.claim,
                 "contrast": r.contrast,
                 "seeds": int(r.n_seeds),
+                "family k": k,
                 "d_z": round(float(dz), 2),
-                "power now": round(stats.power_paired(dz, int(r.n_seeds)), 2),
-                "seeds for 80%": seeds_for(dz),
+                "power now": round(stats.power_paired(dz, int(r.n_seeds), alpha / k), 2),
+                "seeds for 80%": seeds_for(dz, alpha=alpha / k),
             }
         )
     return pd.DataFrame(rows)

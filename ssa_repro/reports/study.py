@@ -298,8 +298,10 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
     )
     lines += section(
         "Power for the effects seen",
-        "Per contrast of the claims table: d_z = mean/SD of the per-seed differences, the power of "
-        "the paired test at the seeds used, and the seeds needed for 80% (counted up with `stats.power_paired`; at least 6, the fewest whose exact sign-flip test can reach p < 0.05).",
+        "Per judged contrast of the claims table: d_z = mean/SD of the per-seed differences, the size k of "
+        "its claim's Holm family, the power of the paired test at the seeds used and the seeds needed for "
+        "80%, both at α = 0.05/k (Holm's first step: the power is a lower bound; counted up with "
+        "`stats.power_paired`, which is 0 until k · 2^(1−n) < 0.05, the exact sign-flip test's floor).",
         paired.power_table(table) if len(table) else None,
     )
     remove_stale_figures(figdir, figs)
