@@ -393,6 +393,13 @@ def test_an_lm_eval_task_at_the_majority_answer_is_not_judged():
     frame = pd.DataFrame(rows + ppl)  # the LM claims need the perplexity's last step
     specs = {s.label: s for c in early.claims(frame) for s in c.specs if c.key.startswith("lm lm_eval")}
     assert not specs["ssa − softmax, boolq"].judged and specs["ssa − softmax, copa"].judged
+    # an open-answer task (chance 0): 1 of 500 right is not learning; 5% is (Wilson 3.4% > the 2% margin)
+    for acc, want in ((0.002, False), (0.05, True)):
+        lam = frame[frame["item"] == "boolq"].assign(item="lambada_openai")
+        lam.loc[lam.metric == "task_accuracy", "value"] = acc
+        lam.loc[lam.metric.isin(["chance", "majority"]), "value"] = 0.0
+        spec = {s.label: s for c in early.claims(pd.concat([frame, lam])) for s in c.specs}
+        assert spec["ssa − softmax, lambada_openai"].judged is want
 
 
 def test_seeds_to_call_a_holm_family():

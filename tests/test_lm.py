@@ -336,3 +336,56 @@ def test_eval_lm_end_to_end_and_table(tmp_path):
     ]
     assert (tmp_path / "t" / "lm_table.md").exists()
     assert lm_table_main([tmp_path / "nothing_here"]) == 1
+
+
+class Recorder(NextLetter):
+    """NextLetter that keeps every input row it scores (its tokens up to the last one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows = []
+
+    def forward(self, x):
+        self.rows += [r.tolist() for r in x]
+        return super().forward(x)
+
+
+def test_an_items_choices_share_their_context_cut_when_the_prompt_is_too_long():
+    """A 3-shot prompt longer than the window: per-sequence cutting (lm-eval's rule) leaves the two
+    choices (2 and 6 tokens) different context tokens; grouped by item, both keep the same last 10 - 6 + 1
+    = 5 tokens, and the log-likelihood is that of the continuation after exactly those tokens."""
+    context, short, long_ = "qrstuvwxyz" * 3, " a", " bcdef"
+    rec = Recorder()
+    lm = mc.TokenLM(rec, ByteTokenizer(), max_length=10, device="cpu", batch_size=1)
+    lm.loglikelihood([(context, short), (context, long_)])
+    ctx_short, ctx_long = rec.rows[1][: 11 - len(short)], rec.rows[0][: 11 - len(long_)]  # longest first
+    assert ctx_short[-5:] == ctx_long and len(ctx_short) != len(ctx_long)  # cut at different places
+    rec.rows.clear()
+    got = lm.loglikelihood([(context, short), (context, long_)], groups=[0, 0])
+    rows = sorted(rec.rows, key=len)
+    assert rows[0][:5] == rows[1][:5] == list(context[-5:].encode())
+    # against a direct computation: the choice scored after exactly those 5 context tokens
+    for (ll, _), cont in zip(got, (short, long_)):
+        toks = list((context[-5:] + cont).encode())
+        logits = NextLetter()(torch.tensor([toks[:-1]]))[0]
+        want = torch.log_softmax(logits, -1)[range(5 - 1, len(toks) - 1), toks[5:]].sum()
+        assert ll == pytest.approx(float(want), abs=1e-5)
+    with pytest.raises(ValueError, match="groups"):
+        lm.loglikelihood([(context, short)], groups=[0, 1])
+
+
+def test_nothing_scored_is_an_error_not_a_perfect_score():
+    from ssa_repro.evaluation import perplexity
+
+    assert perplexity.summarise(math.log(5.0) * 4, 4)["perplexity"] == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="no token was scored"):
+        perplexity.summarise(0.0, 0)
+    lm = mc.TokenLM(NextLetter(), ByteTokenizer(), max_length=8, device="cpu")
+    with pytest.raises(ValueError, match="task copa: no items"):
+        mc.score_task(lm, "copa", [])
+
+
+def test_a_continuation_of_no_tokens_is_refused():
+    lm = mc.TokenLM(NextLetter(), ByteTokenizer(), max_length=8, device="cpu")
+    with pytest.raises(ValueError, match="encodes to no token"):
+        lm.loglikelihood([("abc", "")])

@@ -85,12 +85,28 @@ class TokenLM:
             self.model.train(was_training)
         return out
 
-    def loglikelihood(self, pairs: list[tuple[str, str]]) -> list[tuple[float, bool]]:
-        seqs = []
-        for ctx, cont in pairs:
-            c, k = self.encode_pair(ctx, cont)
-            seqs.append((c + k, len(k)))
-        return self._score(seqs)
+    def loglikelihood(
+        self, pairs: list[tuple[str, str]], groups: list | None = None
+    ) -> list[tuple[float, bool]]:
+        """(sum log p(continuation | context), whether every continuation token is the argmax) per pair.
+        A sequence longer than the model's window loses context tokens from the left (lm-eval's rule). With
+        ``groups`` (one id per pair: the item a choice belongs to), the choices of a group keep the same
+        number of context tokens, max_length + 1 − its longest continuation: otherwise a long few-shot
+        prompt is cut at a different place for each choice and the choices are scored under different
+        contexts (at a 128-token window, most 3-shot items)."""
+        enc = [self.encode_pair(ctx, cont) for ctx, cont in pairs]
+        empty = [i for i, (_, k) in enumerate(enc) if not k]
+        if empty:  # nothing to score (and t[-0:] would select the whole sequence)
+            raise ValueError(f"continuation {pairs[empty[0]][1]!r} (pair {empty[0]}) encodes to no token")
+        if groups is not None:
+            if len(groups) != len(pairs):
+                raise ValueError(f"groups: {len(groups)} ids for {len(pairs)} pairs (one per pair)")
+            longest: dict = {}
+            for g, (_, k) in zip(groups, enc):
+                longest[g] = max(longest.get(g, 0), len(k))
+            keep = {g: max(self.max_length + 1 - n, 1) for g, n in longest.items()}
+            enc = [(c[-keep[g] :], k) for g, (c, k) in zip(groups, enc)]
+        return self._score([(c + k, len(k)) for c, k in enc])
 
     def loglikelihood_rolling(self, texts: list[str]) -> list[float]:
         """Log-likelihood of each whole text: ``<|endoftext|>`` + tokens, disjoint windows of
@@ -254,6 +270,8 @@ def score_task(
     lm: TokenLM, name: str, items: list[Item], num_fewshot: int = 0, pool: list[Item] | None = None
 ) -> dict:
     """{metric: (value, stderr)} for one task; ``pool`` (default: the items) supplies few-shot examples."""
+    if not items:
+        raise ValueError(f"task {name}: no items to score (check its file and eval.limit)")
     pool = pool if pool is not None else items
     pairs, owner = [], []
     for i, it in enumerate(items):
@@ -261,7 +279,7 @@ def score_task(
         for c, (ctx, cont) in enumerate(zip(it.contexts, it.continuations)):
             pairs.append((prefix + ctx, cont))
             owner.append((i, c))
-    res = lm.loglikelihood(pairs)
+    res = lm.loglikelihood(pairs, groups=[i for i, _ in owner])  # an item's choices share their context cut
     n = len(items)
     lls = [[0.0] * len(it.continuations) for it in items]
     greedy = [True] * n

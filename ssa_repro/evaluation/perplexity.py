@@ -74,11 +74,18 @@ def stream_nll(
 
 
 def summarise(nll_sum: float, n_tokens: int, n_words: int | None = None, n_bytes: int | None = None) -> dict:
+    """Perplexity exp(nll_sum / n_tokens) and the per-word / per-byte rates. No token scored is an error,
+    not a perplexity of 1 (the best possible score)."""
+    if n_tokens < 1:
+        raise ValueError(
+            f"no token was scored (n_tokens={n_tokens}): the stream has fewer than 2 tokens or no window; "
+            "check the split's file and max_tokens"
+        )
     out = {
         "nll_sum": nll_sum,
         "n_tokens": n_tokens,
-        "nll_per_token": nll_sum / max(n_tokens, 1),
-        "perplexity": math.exp(nll_sum / max(n_tokens, 1)),
+        "nll_per_token": nll_sum / n_tokens,
+        "perplexity": math.exp(nll_sum / n_tokens),
     }
     if n_words:
         out["n_words"] = n_words

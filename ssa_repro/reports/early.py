@@ -211,11 +211,12 @@ def zorro_learned(zg: pd.DataFrame, scorer: str, item: str, step: int, method: s
 
 def task_learned(lg: pd.DataFrame, scorer: str, item: str, step: int, method: str) -> bool:
     """An LM-eval task is learned by a scorer's models when their seed-mean accuracy is above the higher
-    of chance and the majority answer (:func:`scored_above`)."""
+    of chance, the majority answer and the task accuracy's equivalence margin (:func:`scored_above`):
+    an open-answer task (LAMBADA) has chance 0, and two accuracies within the margin of 0 cannot differ
+    by an amount that matters, so one right answer in 500 is not learning."""
     s = paired.select(lg, scorer=scorer, item=item, step=step, method=method)
-    floor = max(
-        float(s[s.metric == m].value.max()) if (s.metric == m).any() else 0.0 for m in ("chance", "majority")
-    )
+    levels = [float(s[s.metric == m].value.max()) for m in ("chance", "majority") if (s.metric == m).any()]
+    floor = max([*levels, stats.MARGINS["task_accuracy"]])
     return scored_above(s[s.metric == "task_accuracy"], floor, percent=False)
 
 
@@ -966,7 +967,11 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "Accuracy (%; acc_norm where lm-eval reports it, else acc: the paper does not say which of the two "
         "its table 2 gives), seed mean, and how many seeds' 95% Wilson interval lies above the higher of "
         "chance and majority; RTE is RTE-3 and WSC is WSC273 (stand-ins); CB, MultiRC and WiC are not "
-        "available offline. The contrasts are Holm-adjusted per number of shots (one family of tasks each).",
+        "available offline. The first 500 items of each task (lm-eval's --limit; COPA has 100); at the "
+        "128-token window a 3-shot prompt is cut from the left, the same cut for every choice of an item, "
+        "so it often keeps only part of one example. A task whose seed-mean accuracy is not above the "
+        "higher of chance, majority and the ±0.02 margin (95% Wilson) for either arm is not judged. The "
+        "contrasts are Holm-adjusted per number of shots (one family of tasks each).",
         lm_eval_table(frame, table) if len(frame) else None,
     )
     lines += section(
