@@ -239,6 +239,7 @@ def test_early_quick_end_to_end_and_the_report_reads_back(data, tmp_path):
         path = out / "early_quick" / f"{fig}.png"
         assert path.exists() and path.stat().st_size > 2000, fig
     assert "55.5 / 57.7 / 61.55" in text  # the paper's table 3 beside ours (agreement across RC)
+    assert f"(paper {61.55 - 55.5:+.1f})" in text  # and the paper's SSA-2 − softmax beside our contrast
     # the regime section: one learning curve per candidate size (group × architecture), each checkpoint
     regime = text.split("## Choosing the regime")[1].split("\n## ")[0]
     assert "| curves | small | 0 | 20 |" in regime and "| curves_wide | wide | 0 | 10 |" in regime
@@ -405,5 +406,42 @@ def test_an_lm_eval_task_at_the_majority_answer_is_not_judged():
 def test_seeds_to_call_a_holm_family():
     # the fewest n with k · 2^(1−n) < 0.05, by the exact sign-flip test's smallest p (enumerated)
     for k, want in ((1, 6), (3, 7), (8, 9), (14, 10)):
-        assert early.seeds_to_call(k) == want
+        assert stats.seeds_to_call(k) == want
         assert k * 2.0 ** (1 - want) < 0.05 <= k * 2.0 ** (2 - want)
+
+
+def test_the_chance_bar_is_wilsons_and_perplexity_means_are_geometric():
+    from statsmodels.stats.proportion import proportion_confint
+
+    for n in (200, 500):
+        k = round(early.chance_threshold(n) * n / 100)
+        assert (
+            proportion_confint(k, n, method="wilson")[0]
+            > 0.5
+            >= proportion_confint(k - 1, n, method="wilson")[0]
+        )
+    assert early.chance_threshold(200) == pytest.approx(57.0) and early.chance_threshold(
+        500
+    ) == pytest.approx(54.4)
+    rows = [
+        {
+            "part": "lm",
+            "group": "lm",
+            "task": "lm",
+            "scorer": sc,
+            "arch": "small",
+            "train_sigma": 1.0,
+            "seed": s,
+            "evaluation": "lm",
+            "step": 10,
+            "method": "stream",
+            "item": "heldout",
+            "metric": "perplexity",
+            "n": 99,
+            "value": v,
+        }
+        for sc, vals in (("softmax", (10.0, 1000.0)), ("ssa", (100.0, 100.0)))
+        for s, v in enumerate(vals)
+    ]
+    t = early.perplexity_table(pd.DataFrame(rows)).iloc[0]
+    assert t["softmax"].startswith("100.0 (10.0–1000.0, 2)") and t["ssa"].startswith("100.0 (")

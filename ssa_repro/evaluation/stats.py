@@ -557,6 +557,15 @@ def power_paired(effect_sd: float, n_seeds: int, alpha: float = 0.05) -> float:
     return float(TTestPower().power(effect_size=abs(effect_sd), nobs=n_seeds, alpha=alpha))
 
 
+def seeds_to_call(k: int = 1, alpha: float = 0.05) -> int:
+    """The fewest seeds whose exact sign-flip test can call a contrast in a Holm family of ``k``:
+    k · 2^(1−n) < α (its smallest two-sided p is 2^(1−n)); 6 for one contrast, 7 for 3, 10 for 14."""
+    n = 2
+    while k * 2.0 ** (1 - n) >= alpha:
+        n += 1
+    return n
+
+
 def seeds_needed(effect_sd: float, power: float = 0.8, alpha: float = 0.05) -> int:
     """The fewest paired seeds with :func:`power_paired` ≥ ``power`` for d_z = ``effect_sd``."""
     if not effect_sd:

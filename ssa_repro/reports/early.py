@@ -18,8 +18,8 @@ Claims are paired contrasts over seeds (``reports/paired.py`` → ``evaluation/s
 checkpoint, each SSA arm − softmax on the items the paper names. The paper's "early learning" names its
 benchmarks (BabyBERTa's child-scale corpus, the small LM), not a point in training; whether SSA is ahead
 early in training is the study's own question, asked of the mean of the 12 at the first checkpoint.
-A contrast on a probe or task that neither arm's models score above chance on (pooled over seeds, the
-95% Wilson bound) is shown but not judged (``paired.NOT_LEARNED``), as in the ICL report.
+A contrast on a probe or task that neither arm's models score above chance on (the seed-mean accuracy's
+95% Wilson bound on the probe's pairs, not pooled: the seeds share them) is shown but not judged (``paired.NOT_LEARNED``), as in the ICL report.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import gmean
 
 from ssa_repro.core.plotting import plt, save
 from ssa_repro.evaluation import stats
@@ -439,21 +440,12 @@ def _seed_text(values) -> str:
 PAPER_ARM = {"ssa_n1.5": 1, "ssa_n2": 2}  # the column of PAPER_TABLE3 (softmax, SSA-1.5, SSA-2)
 
 
-def seeds_to_call(k: int, alpha: float = 0.05) -> int:
-    """The fewest seeds whose exact sign-flip test can call a contrast in a Holm family of ``k``:
-    k · 2^(1−n) < α (the smallest two-sided p is 2^(1−n))."""
-    n = 2
-    while k * 2.0 ** (1 - n) >= alpha:
-        n += 1
-    return n
-
-
 def table3(frame: pd.DataFrame, table: pd.DataFrame, method: str = "pll") -> pd.DataFrame:
     """The paper's table 3 beside ours at the last checkpoint of the main group: per probe, each
     scorer's seed mean (min–max), the paper's three numbers, and each SSA arm − softmax (estimate,
     interval, sign-flip p Holm-adjusted within the arm over the 12 probes and the two means) beside the
     paper's difference. Descriptive, no verdict: the paper's differences have both signs, and a family of
-    14 needs :func:`seeds_to_call` (14) seeds before anything can be called; the claims are the tests."""
+    14 needs :func:`stats.seeds_to_call` (14) seeds before anything can be called; the claims are the tests."""
     z = frame[(frame.part == "zorro") & (frame.metric == "zorro_accuracy") & (frame.method == method)]
     g = main_group(z, "mlm")
     if g is None:
@@ -520,8 +512,8 @@ def _seed_text_3(values) -> str:
 
 
 def geometric_mean(v) -> float:
-    """exp(mean log v): a perplexity's seed mean, on the scale of its contrast (a ratio)."""
-    return float(np.exp(np.mean(np.log(np.asarray(v, dtype=float)))))
+    """exp(mean log v) (``scipy.stats.gmean``): a perplexity's seed mean, on its contrast's (ratio) scale."""
+    return float(gmean(np.asarray(v, dtype=float)))
 
 
 def perplexity_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -940,7 +932,7 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "PLL accuracy (%), seed mean (min–max) per scorer, the paper's softmax / SSA-1.5 / SSA-2, and each "
         "SSA arm − softmax over paired seeds (points: estimate, 95% interval, sign-flip p Holm-adjusted within "
         "the arm over these 14 rows) beside the paper's difference. Descriptive: a family of 14 needs "
-        f"{seeds_to_call(14)} seeds before any row can be called (14 · 2^(1−n) < 0.05), and the paper's "
+        f"{stats.seeds_to_call(14)} seeds before any row can be called (14 · 2^(1−n) < 0.05), and the paper's "
         "differences have both signs; the claims above are the tests.",
         table3(frame, table) if len(frame) else None,
     )
