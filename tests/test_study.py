@@ -738,3 +738,31 @@ def test_claims_table_means_are_on_the_contrasts_scale():
     assert ppl.mean_b / ppl.mean_a == pytest.approx(np.exp(ppl.estimate))
     err = t.loc["sequence_error"]
     assert err.mean_a == pytest.approx(a.mean() / 200) and err.mean_b == pytest.approx(b.mean() / 200)
+
+
+@pytest.mark.parametrize("device, expected", [("cpu", "cpu"), ("cuda", "cuda")])
+def test_a_job_is_evaluated_on_the_device_it_trained_on(monkeypatch, tmp_path, device, expected):
+    """A GPU study evaluates on the job's GPU (its one CPU thread is too few for Zorro or LM-eval), a CPU
+    study on the CPU; the last checkpoint and every kept step alike. Nothing is trained or loaded here:
+    the device each checkpoint is loaded onto is recorded."""
+    s = study.load("early_quick")
+    job = next(j for j in study.jobs(s) if j.task == "mlm")
+    cfg = OmegaConf.create({"device": device, "task": {"name": "mlm"}})
+    seen = []
+
+    class Run:
+        step = 10
+
+    monkeypatch.setattr(study, "run_job", lambda cfg, run_dir: {"final_loss": 1.0})
+    monkeypatch.setattr(
+        study, "load_run", lambda run_dir, dev, step=None: seen.append((str(dev), step)) or Run()
+    )
+    monkeypatch.setattr(
+        study.runner, "evaluate", lambda run, ecfg: {"evaluation": "zorro", "protocol_id": "p"}
+    )
+    rows = study._train_and_evaluate(job, s, cfg, tmp_path / "run")
+    assert rows and {d for d, _ in seen} == {expected}
+    assert sorted(st for _, st in seen if st is not None) == [
+        5,
+        10,
+    ]  # zorro_early's kept steps, then the last

@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
-import torch
 from hydra import compose, initialize_config_dir
 from joblib import Parallel, delayed
 from omegaconf import DictConfig, OmegaConf
@@ -38,6 +37,7 @@ from ssa_repro.cli.train_app import problems as train_problems
 from ssa_repro.cli.train_app import run_job
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core.atomic import write_text
+from ssa_repro.core.rundir import resolve_device
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.tasks import TASKS
@@ -173,7 +173,10 @@ def _train_and_evaluate(job: Job, study: DictConfig, cfg: DictConfig, run_dir: P
     t0 = time.perf_counter()
     summary = run_job(cfg, run_dir)
     trained = time.perf_counter() - t0
-    run = load_run(run_dir, torch.device("cpu"))
+    # Evaluated where it trained (``device=auto``: the job's GPU when there is one, else the CPU). On a
+    # GPU machine each job has one CPU thread (cli/devices.py), too few for Zorro's PLL or LM-eval.
+    device = resolve_device(cfg.device)
+    run = load_run(run_dir, device)
     task_name = str(cfg.task.name)
     runs = {None: run}  # by checkpoint step (None: the last)
     rows = []
@@ -182,7 +185,7 @@ def _train_and_evaluate(job: Job, study: DictConfig, cfg: DictConfig, run_dir: P
         steps = eval_steps(study, key)
         for step in steps:  # cells are stored per step: one protocol, a learning curve
             if step not in runs:
-                runs[step] = load_run(run_dir, torch.device("cpu"), step)
+                runs[step] = load_run(run_dir, device, step)
             result = runner.evaluate(runs[step], ecfg)
         rows.append(
             {
