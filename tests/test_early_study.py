@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import random
 from pathlib import Path
 
@@ -448,3 +449,83 @@ def test_the_chance_bar_is_wilsons_and_perplexity_means_are_geometric():
     ]
     t = early.perplexity_table(pd.DataFrame(rows)).iloc[0]
     assert t["softmax"].startswith("100.0 (10.0–1000.0, 2)") and t["ssa"].startswith("100.0 (")
+
+
+def test_the_findings_digest_files_every_claim_under_its_verdict():
+    """Each claim appears once, under its claim verdict (the claims table's rule), with its judged
+    contrasts' estimates; an underpowered claim says how many seeds its effects would need; a claim whose
+    contrasts are all not judged is listed as not testable, without estimates; perplexity ratios near 1
+    keep a third decimal."""
+    claims = [
+        paired.Claim("w", "Claim W", "p"),
+        paired.Claim("u", "Claim U", "p"),
+        paired.Claim("n", "Claim N", "p"),
+        paired.Claim("r", "Claim R", "p"),
+    ]
+    row = dict(n_seeds=7, scale="identity", margin=2.0, p_holm=0.5, effect_size=0.5, family=1)
+    table = pd.DataFrame(
+        [
+            {
+                **row,
+                "claim": "w",
+                "contrast": "b − a, x",
+                "estimate": 0.3,
+                "low": -0.5,
+                "high": 0.9,
+                "verdict": stats.WITHIN,
+            },
+            {
+                **row,
+                "claim": "u",
+                "contrast": "b − a, y",
+                "estimate": 2.0,
+                "low": 0.4,
+                "high": 3.7,
+                "verdict": stats.UNDERPOWERED,
+            },
+            {
+                **row,
+                "claim": "u",
+                "contrast": "b − a, z",
+                "estimate": 0.1,
+                "low": -0.2,
+                "high": 0.3,
+                "verdict": stats.WITHIN,
+            },
+            {
+                **row,
+                "claim": "n",
+                "contrast": "b − a, q",
+                "estimate": 0.7,
+                "low": -1,
+                "high": 2,
+                "verdict": paired.NOT_LEARNED,
+            },
+            {
+                **row,
+                "claim": "r",
+                "contrast": "b − a, ppl",
+                "estimate": math.log(1.0004),
+                "low": math.log(0.998),
+                "high": math.log(1.002),
+                "scale": "log",
+                "n_seeds": 3,
+                "verdict": stats.WITHIN,
+            },
+        ]
+    )
+    lines = early.verdict_digest(claims, table)
+    within, under, untestable = lines
+    assert (
+        within.startswith("- **Not detected, within the margin")
+        and "*Claim W*" in within
+        and "*Claim R*" in within
+    )
+    assert "b − a, x +0.3 [-0.5, +0.9]; 7 seeds" in within
+    assert "×1.000 [×0.998, ×1.002]; 3 seeds" in within
+    assert (
+        "*Claim U* (b − a, y +2 [+0.4, +3.7]; b − a, z +0.1 [-0.2, +0.3]; 7 seeds) — seeds for 80% power:"
+        in under
+    )
+    assert untestable == "- **Not testable at this size (neither arm scores above chance)**: *Claim N*."
+    assert sum(line.count("*Claim ") for line in lines) == 4

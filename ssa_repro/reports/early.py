@@ -783,7 +783,12 @@ def missing_jobs(index: pd.DataFrame | None, setup: Mapping | None) -> list[str]
     return lines
 
 
-def findings_markdown(found: pd.DataFrame, found_claims, frame: pd.DataFrame) -> list[str]:
+def findings_markdown(
+    found: pd.DataFrame, found_claims, frame: pd.DataFrame, table: pd.DataFrame | None = None
+) -> list[str]:
+    """The findings, first: the contrasts the decision rule calls, then every claim by its verdict (the
+    claims table's, digested: what is ruled out, what the seeds are too few for and how many would do,
+    what is not testable at this size), then the regime the matrix ran at."""
     lines = []
     text = {c.key: c for c in found_claims}
     for _, r in found.iterrows():
@@ -793,23 +798,72 @@ def findings_markdown(found: pd.DataFrame, found_claims, frame: pd.DataFrame) ->
             f"a {r['mean_a']:.3g} → b {r['mean_b']:.3g})."
         )
     if not lines:
-        lines.append(
-            "- No contrast is called by the decision rule (see the claims table: each verdict says "
-            "whether the interval rules out an effect that matters or the seeds are too few)."
-        )
+        lines.append("- **No claim is supported or contradicted**: the decision rule calls no contrast.")
+    lines += verdict_digest(found_claims, table if table is not None else pd.DataFrame())
     reg = regime_table(frame)
     if len(reg):
         last = reg.sort_values("step").groupby(["group", "arch"], sort=False).tail(1)
         lines.append(
-            "- **Regime**: at the last checkpoint, softmax's first seed has "
+            "- **Regime** (softmax, first seed, last checkpoint; above chance: 95% Wilson lower bound > 50%): "
             + "; ".join(
-                f"{r['paper 12 above chance']} of the paper's probes above chance ({r['group']}/{r['arch']}, "
-                f"step {r['step']}, mean of 12 {r['mean of 12 (%)']}%)"
+                f"{r['group']} ({r['arch']}, step {r['step']}): {r['paper 12 above chance']} paper probes above "
+                f"chance, mean of 12 {r['mean of 12 (%)']}%"
                 for _, r in last.iterrows()
             )
-            + " (95% Wilson lower bound > 50%)."
+            + "."
         )
     return lines
+
+
+def _estimates(t: pd.DataFrame) -> str:
+    """``ssa_n2 − softmax, mean_paper12 +0.44 [−0.21, +1.01]; …`` for a claim's judged contrasts."""
+
+    def f(
+        x: float, scale: str
+    ) -> str:  # ratios near 1 (perplexity) need a third decimal; paired.fmt has 3 digits
+        return f"×{math.exp(x):.3f}" if scale == "log" else paired.fmt(x, scale)
+
+    return "; ".join(
+        f"{r['contrast']} {f(r['estimate'], r['scale'])} [{f(r['low'], r['scale'])}, {f(r['high'], r['scale'])}]"
+        for _, r in t.iterrows()
+    )
+
+
+def verdict_digest(found_claims, table: pd.DataFrame) -> list[str]:
+    """One line per verdict other than the called ones: the claims with it and their estimates (judged
+    contrasts only); for *underpowered*, the paired seeds the largest effect seen would need for 80% power
+    (``paired.power_table``)."""
+    if table.empty:
+        return []
+    power = paired.power_table(table)
+    by_verdict: dict[str, list[str]] = {}
+    for c in found_claims:
+        t = table[table.claim == c.key]
+        if t.empty:
+            continue
+        verdict = paired.claim_verdict(list(t.verdict))
+        judged = t[t.verdict != paired.NOT_LEARNED]
+        item = (
+            f"*{c.claim}* ({_estimates(judged)}; {int(t.n_seeds.max())} seeds)"
+            if len(judged)
+            else f"*{c.claim}*"
+        )
+        if verdict == stats.UNDERPOWERED and len(power):
+            need = power[power.claim == c.key]["seeds for 80%"].astype(str).tolist()
+            if need:
+                item += f" — seeds for 80% power: {', '.join(need)}"
+        by_verdict.setdefault(verdict, []).append(item)
+    heads = {
+        stats.WITHIN: "Not detected, within the margin (both intervals inside ±m: no effect that matters, at "
+        "these settings)",
+        stats.UNDERPOWERED: "Not detected, underpowered (the interval reaches past the margin)",
+        paired.NOT_LEARNED: "Not testable at this size (neither arm scores above chance)",
+    }
+    out = []
+    for verdict, head in heads.items():
+        if verdict in by_verdict:
+            out.append(f"- **{head}**: " + "; ".join(by_verdict[verdict]) + ".")
+    return out
 
 
 def claims_markdown(found_claims, table: pd.DataFrame) -> list[str]:
@@ -838,7 +892,7 @@ def claims_markdown(found_claims, table: pd.DataFrame) -> list[str]:
 
 def title(name: str) -> str:
     return (
-        f"# {name}: what small encoders and decoders trained for minutes on a CPU can show about SSA's "
+        f"# {name}: what small encoders and decoders, sized to train in minutes on a CPU, can show about SSA's "
         "early-learning claims (Zorro, perplexity, LM-eval) — not the paper's scale"
     )
 
@@ -852,9 +906,9 @@ GPU_LINES = [
     "`python train.py -m experiment=paper_lm scorer=softmax,ssa seed=0,1,2,3,4,5,6,7,8` then `eval=lm` "
     "(GPT-2 small, 50k steps of 0.5M tokens: the paper's 120 A100-hours per run). Seeds: 7 let the "
     "encoder's claims (families of up to 3 contrasts) be called, 9 the LM-eval families of 8 tasks "
-    "(k · 2^(1−n) < 0.05). Their cost on one GPU is not measured in this repository; per sequence the "
-    "encoder is about 2× the CPU study's depth and 4× its width² (per step, at a quarter of the batch, "
-    "about 2× its cost).",
+    '(k · 2^(1−n) < 0.05). Their cost, measured per step on one H200 (docs/performance.md, "The '
+    "paper-scale commands' step time\"): an encoder run 26 min (softmax) to about 45 min (SSA), so about "
+    "13 GPU-hours for the 21 runs one at a time; a decoder run 21 h (softmax) and 107 h (SSA) uncompiled.",
     "",
 ]
 
@@ -886,7 +940,7 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         "",
         "## Findings",
         "",
-        *findings_markdown(found, found_claims, frame),
+        *findings_markdown(found, found_claims, frame, table),
         "",
         "## The paper's claims",
         "",
