@@ -818,9 +818,8 @@ def findings_markdown(
 def _estimates(t: pd.DataFrame) -> str:
     """``ssa_n2 − softmax, mean_paper12 +0.44 [−0.21, +1.01]; …`` for a claim's judged contrasts."""
 
-    def f(
-        x: float, scale: str
-    ) -> str:  # ratios near 1 (perplexity) need a third decimal; paired.fmt has 3 digits
+    # ratios near 1 (perplexity) need a third decimal: paired.fmt keeps 3 significant digits
+    def f(x: float, scale: str) -> str:
         return f"×{math.exp(x):.3f}" if scale == "log" else paired.fmt(x, scale)
 
     return "; ".join(
@@ -831,8 +830,8 @@ def _estimates(t: pd.DataFrame) -> str:
 
 def verdict_digest(found_claims, table: pd.DataFrame) -> list[str]:
     """One line per verdict other than the called ones: the claims with it and their estimates (judged
-    contrasts only); for *underpowered*, the paired seeds the largest effect seen would need for 80% power
-    (``paired.power_table``)."""
+    contrasts only); for *underpowered*, the paired seeds each of its contrasts' effect (as seen) would need
+    for 80% power (``paired.power_table``). Called contrasts are the findings above it."""
     if table.empty:
         return []
     power = paired.power_table(table)
