@@ -905,9 +905,8 @@ GPU_LINES = [
     "`python train.py -m experiment=paper_lm scorer=softmax,ssa seed=0,1,2,3,4,5,6,7,8` then `eval=lm` "
     "(GPT-2 small, 50k steps of 0.5M tokens: the paper's 120 A100-hours per run). Seeds: 7 let the "
     "encoder's claims (families of up to 3 contrasts) be called, 9 the LM-eval families of 8 tasks "
-    '(k · 2^(1−n) < 0.05). Their cost, measured per step on one H200 (docs/performance.md, "The '
-    "paper-scale commands' step time\"): an encoder run 26 min (softmax) to about 45 min (SSA), so about "
-    "13 GPU-hours for the 21 runs one at a time; a decoder run 21 h (softmax) and 107 h (SSA) uncompiled.",
+    "(k · 2^(1−n) < 0.05). Their cost per run, measured per step on one H200: docs/performance.md, "
+    'section "The paper-scale commands\' step time".',
     "",
 ]
 
