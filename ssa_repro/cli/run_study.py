@@ -7,10 +7,14 @@
     python scripts/study.py early_cpu --groups curves_mlm       # some groups only (the others' results kept)
     python scripts/study.py icl_cpu --groups architecture --tasks every_num   # and some tasks only
 
-The matrix is ``conf/study/<name>.yaml``; runs go to ``outputs/study/<name>/`` (``--root``); the report to
-``docs/results/<name>.md`` with its figures beside it (``--out``; the quick study's report stays in its
-folder). See ssa_repro/cli/study.py; the report is the one the study's ``report`` key names
-(:data:`REPORTS`: ``icl``, the default, ssa_repro/reports/study.py; ``early``, ssa_repro/reports/early.py).
+    python scripts/study.py icl_cpu --report-only --publish   # the committed report, docs/results/icl_cpu.md
+
+The matrix is ``conf/study/<name>.yaml`` (or a path to a study file); it is checked against the schema
+(ssa_repro/cli/study_schema.py) before anything runs. Runs go to ``outputs/study/<name>/`` (``--root``),
+the report, ``<name>.md`` with its figures beside it, into that folder too (``--out DIR`` elsewhere;
+``--publish``: docs/results, where the committed reports are). See ssa_repro/cli/study.py; the report is
+the one the study's ``report`` key names (:data:`REPORTS`: ``icl``, the default,
+ssa_repro/reports/study.py; ``early``, ssa_repro/reports/early.py).
 """
 
 import argparse
@@ -21,11 +25,12 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ssa_repro.cli import study
+from ssa_repro.core.atomic import storage_advice
 from ssa_repro.reports import early
 from ssa_repro.reports import study as icl_report
 
 REPORTS = {"icl": icl_report.write, "early": early.write}  # a study's `report` key -> its writer
-QUICK = ("quick", "early_quick")  # CI's studies: their reports stay in the study folder
+PUBLISHED = Path("docs") / "results"  # where --publish writes: the committed reports
 
 
 def report_of(cfg) -> str:
@@ -40,10 +45,12 @@ def report_of(cfg) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("name", help="conf/study/<name>.yaml")
+    p.add_argument("name", help="conf/study/<name>.yaml, or a path to a study file (.yaml)")
     p.add_argument("--root", default=None, help="where the runs go (default: outputs/study/<name>)")
-    p.add_argument(
-        "--out", default=None, help="where the report goes (default: docs/results; quick: the root)"
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--out", default=None, help="where the report goes (default: the study's --root)")
+    where.add_argument(
+        "--publish", action="store_true", help=f"write the report into {PUBLISHED} (the committed reports)"
     )
     p.add_argument(
         "--jobs", type=int, default=2, help="jobs at a time (processes; threads split between them)"
@@ -66,7 +73,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
     cfg = study.load(a.name)
     write = REPORTS[report_of(cfg)]
-    root = Path(a.root or Path("outputs") / "study" / cfg.name)
+    root = Path(a.root or study.default_root(cfg.name))
     if not a.report_only:
         try:
             study.run(
@@ -84,9 +91,14 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
             return 130
-    out = Path(a.out) if a.out else (root if cfg.name in QUICK else Path("docs") / "results")
+    out = PUBLISHED if a.publish else Path(a.out) if a.out else root
     command = "python scripts/study.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    path = write(root, out, cfg.name, command, OmegaConf.to_container(cfg))
+    try:
+        with storage_advice("--out <another folder>"):
+            study.report_index(root, cfg)  # a cut index is rebuilt from the jobs' rows, or refused
+            path = write(root, out, cfg.name, command, OmegaConf.to_container(cfg))
+    except OSError as e:  # a read-only or full folder: the storage error's words (core/atomic.py)
+        raise SystemExit(f"Error: study {cfg.name}: the report could not be written: {e}") from None
     print(f"report: {path}")
     return 0
 

@@ -6,9 +6,13 @@ seed); and the evaluations every job gets where its task supports them. Each job
 ``train.py``'s job (:func:`ssa_repro.cli.train_app.run_job`) in ``<root>/runs/<group>/<job>``, then the
 study's evaluations (``runner.evaluate``). A finished job is skipped and stored cells are reused, so
 running the command again resumes where it stopped; jobs run in parallel processes (one thread each).
-``<root>/index.csv`` maps every job to its run folder and evaluation protocols; the report
-(``ssa_repro/reports/study.py``, or the one the study's ``report`` key names) is made from it and the
-stored results alone.
+``<root>/index.csv`` maps every job to its run folder and evaluation protocols, rebuilt from every
+finished job's rows (``<root>/index.d/<group>/<job>.csv``); the report (``ssa_repro/reports/study.py``,
+or the one the study's ``report`` key names) is made from it and the stored results alone.
+
+Before any work the study file is checked against its schema (cli/study_schema.py) and every job's
+config as train.py would; then the study holds ``<root>`` with core/runlock.py's lock (a second study
+process on the same folder is refused, naming the holder). docs/reliability.md says what is promised.
 
 Keys of a study's evaluation that are the study's, not the evaluator's: ``tasks`` (registered task
 names it is limited to), ``groups`` (study groups it is limited to) and ``steps`` (the checkpoint steps
@@ -22,6 +26,7 @@ import contextlib
 import itertools
 import logging
 import signal
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -30,14 +35,17 @@ from pathlib import Path
 import pandas as pd
 from hydra import compose, initialize_config_dir
 from joblib import Parallel, delayed
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from tqdm import tqdm
 
+from ssa_repro.cli import study_schema
 from ssa_repro.cli.devices import job_device
 from ssa_repro.cli.train_app import problems as train_problems
 from ssa_repro.cli.train_app import run_job
 from ssa_repro.config import CONF_DIR
-from ssa_repro.core.atomic import write_text
+from ssa_repro.core.atomic import storage_advice, write_text
 from ssa_repro.core.rundir import resolve_device
+from ssa_repro.core.runlock import RunLock, RunLocked, describe
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.tasks import TASKS
@@ -61,16 +69,56 @@ class Job:
 
 
 def load(name: str, conf_dir: Path = CONF_DIR) -> DictConfig:
-    """``conf/study/<name>.yaml``, merged over the study it names in ``defaults`` (lists replaced; a
-    study that lists ``groups`` replaces its parent's groups rather than adding to them)."""
-    path = Path(conf_dir) / "study" / f"{name}.yaml"
-    if not path.exists():
-        known = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
-        raise SystemExit(f"Error: no study {name!r} in {path.parent}; known: {known}")
-    cfg = OmegaConf.load(path)
-    parents = [d for d in cfg.pop("defaults", []) if d != "_self_"]
-    for parent in parents:
-        merged = OmegaConf.merge(load(parent, conf_dir), cfg)
+    """``conf/study/<name>.yaml`` (or ``name`` itself, a path ending in ``.yaml``), merged over the
+    study it names in ``defaults`` (lists replaced; a study that lists ``groups`` replaces its parent's
+    groups rather than adding to them), then checked against the schema (cli/study_schema.py): a
+    problem stops here, one line each, naming the file, the key, the value and what is allowed."""
+    path = study_path(name, conf_dir)
+    cfg = _merged(path, conf_dir)
+    found = study_schema.problems(cfg, _shown(path))
+    if found:
+        raise SystemExit("Error: invalid study file:\n  - " + "\n  - ".join(found))
+    return cfg
+
+
+def study_path(name: str, conf_dir: Path = CONF_DIR) -> Path:
+    """The file of study ``name``: a ``.yaml`` path as given, else ``<conf_dir>/study/<name>.yaml``."""
+    if str(name).endswith((".yaml", ".yml")):
+        path = Path(name)
+    else:
+        path = Path(conf_dir) / "study" / f"{name}.yaml"
+    if not path.is_file():
+        folder = Path(conf_dir) / "study"
+        known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+        raise SystemExit(f"Error: no study {name!r} in {folder}; known: {known}")
+    return path
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory where it is under it (shorter messages)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _merged(path: Path, conf_dir: Path) -> DictConfig:
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as e:  # noqa: BLE001  (YAML syntax, duplicate keys: named with the file and line)
+        why = " ".join(str(e).split())
+        raise SystemExit(f"Error: {_shown(path)} is not a readable study file: {why}") from None
+    if not isinstance(cfg, DictConfig):
+        raise SystemExit(
+            f"Error: {_shown(path)}: a study file is a mapping of keys (name, seeds, …), not a list"
+        )
+    parents = cfg.pop("defaults", [])
+    if not isinstance(parents, (list, ListConfig)):
+        raise SystemExit(
+            f"Error: {_shown(path)}: defaults={parents!r} is not a list; allowed: [<study>, _self_]"
+        )
+    for parent in [d for d in parents if d != "_self_"]:
+        merged = OmegaConf.merge(_merged(study_path(str(parent), conf_dir), conf_dir), cfg)
         if "groups" in cfg:
             merged.groups = cfg.groups
         cfg = merged
@@ -290,28 +338,163 @@ def read_index(path: Path) -> pd.DataFrame | None:
         return None
 
 
-def merged_index(
-    old: pd.DataFrame | None,
-    results: list[tuple[list[dict], str]],
-    ran: set[tuple[str, str]] | None,
-    final: bool,
-) -> pd.DataFrame:
-    """The study's index: the rows of the jobs finished in this invocation (``results``), plus rows
-    indexed before. While it runs (``final`` false) every earlier row is kept unless its job was
-    re-indexed now, so a study stopped part-way still has an index of all it finished. At the end
-    (``final``) the earlier rows of the jobs this invocation ran (``ran``: (group, job) pairs; None:
-    the whole study) are replaced by theirs — a failed job's dropped — and the others' kept, so a
-    finished study's index names exactly its jobs."""
-    new = pd.DataFrame([r for rows, _ in results for r in rows])
-    keys = ["group", "job"]
-    if old is None or old.empty or not set(keys) <= set(old.columns) or (final and ran is None):
-        return new
-    if final:
-        drop = ran
-    else:  # the jobs indexed now
-        drop = set(map(tuple, new[keys].itertuples(index=False))) if not new.empty else set()
-    keep = old[[tuple(k) not in drop for k in old[keys].itertuples(index=False)]]
-    return pd.concat([keep, new], ignore_index=True)
+ROWS_DIR = "index.d"  # <root>/index.d/<group>/<job>.csv: one finished job's rows of the index
+REPORT_COLUMNS = ("group", "job", "run_dir", "evaluation", "protocol_id")  # what a report reads
+
+
+class IndexDamaged(ValueError):
+    """index.csv is cut or damaged; the message names the file and what is wrong."""
+
+
+def job_rows_path(root: Path, group: str, job: str) -> Path:
+    return Path(root) / ROWS_DIR / group / f"{job}.csv"
+
+
+def store_rows(root: Path, job: Job, rows: list[dict]) -> None:
+    """Keep one job's index rows in its own file (a failed job's, none: its file is removed), so the
+    index is rebuilt from every finished job whichever process or invocation finished it."""
+    path = job_rows_path(root, job.group, job.name)
+    if rows:
+        write_text(path, pd.DataFrame(rows).to_csv(index=False))
+    else:
+        path.unlink(missing_ok=True)
+
+
+def checked_index(path: Path, columns: tuple[str, ...] = REPORT_COLUMNS) -> pd.DataFrame | None:
+    """index.csv read and checked (None where there is none): a file cut short (every write ends in a
+    newline), unparsable, without ``columns`` or with a row missing one of them is
+    :class:`IndexDamaged`, never read as a shorter index."""
+    try:
+        text = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    if not text.strip():
+        return None
+    why = None
+    if not text.endswith(b"\n"):
+        why = "it does not end with a newline (cut while written, or truncated)"
+    else:
+        try:
+            frame = pd.read_csv(path)
+        except (pd.errors.ParserError, UnicodeDecodeError) as e:
+            why = f"it is not a readable CSV ({' '.join(str(e).split())})"
+        else:
+            lacking = [c for c in columns if c not in frame.columns]
+            holes = [c for c in columns if c in frame.columns and frame[c].isna().any()]
+            if lacking:
+                why = f"it lacks the column(s) {', '.join(lacking)}"
+            elif holes:
+                rows = sorted({int(i) + 2 for c in holes for i in frame.index[frame[c].isna()]})
+                why = f"line(s) {', '.join(map(str, rows[:5]))} lack {', '.join(holes)} (a cut row)"
+    if why:
+        raise IndexDamaged(f"{path} is damaged: {why}")
+    return frame
+
+
+def rebuild_index(root: Path, study_jobs: list[Job]) -> pd.DataFrame:
+    """The index from every finished job's rows (``index.d``), in the study's job order; rows of jobs
+    no longer in the study are left out. Before ``index.d`` existed a study kept only index.csv: its
+    rows are split into ``index.d`` first (a damaged one is set aside with a warning: the jobs are
+    indexed again as the study runs, finished ones without work)."""
+    root = Path(root)
+    legacy = root / "index.csv"
+    if not (root / ROWS_DIR).exists() and legacy.exists():
+        try:
+            old = checked_index(legacy, ("group", "job"))
+        except IndexDamaged as e:
+            log.warning(
+                "%s; left aside: its jobs are indexed again as they are run (finished ones are skipped)", e
+            )
+            old = None
+        for (group, job), rows in old.groupby(["group", "job"], sort=False) if old is not None else []:
+            write_text(job_rows_path(root, str(group), str(job)), rows.to_csv(index=False))
+    parts = [job_rows_path(root, j.group, j.name) for j in study_jobs]
+    frames = [pd.read_csv(p) for p in parts if p.exists()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def write_index(root: Path, study_jobs: list[Job]) -> pd.DataFrame:
+    """Rebuild ``<root>/index.csv`` from the jobs' rows (written whole, atomically; none: no file)."""
+    index = rebuild_index(root, study_jobs)
+    if not index.empty:
+        write_text(Path(root) / "index.csv", index.to_csv(index=False))
+    return index
+
+
+def report_index(root: Path, study: DictConfig) -> Path:
+    """The index a report reads, checked: rebuilt from the jobs' rows where the study has them (a cut or
+    stale index.csv is rewritten, with a warning); otherwise index.csv as it is, refused when damaged."""
+    path = Path(root) / "index.csv"
+    if (Path(root) / ROWS_DIR).is_dir():
+        try:
+            checked_index(path)
+            damaged = None
+        except IndexDamaged as e:
+            damaged = e
+        before = path.read_bytes() if path.exists() else None
+        index = write_index(root, jobs(study))
+        after = path.read_bytes() if path.exists() else None
+        if damaged or (before is not None and before != after):
+            log.warning(
+                "%s; rebuilt from the rows of the %d finished jobs in %s",
+                damaged or f"{path} differed from its jobs' rows",
+                index.job.nunique() if len(index) else 0,
+                Path(root) / ROWS_DIR,
+            )
+        return path
+    try:
+        checked_index(path)
+    except IndexDamaged as e:
+        raise SystemExit(
+            f"Error: {e}; run the study again without --report-only to rebuild it (finished jobs are "
+            "skipped and stored cells reused)"
+        ) from None
+    return path
+
+
+def lock_root(root: Path, name: str) -> RunLock:
+    """Hold ``root`` for this study process (core/runlock.py's lock, role ``study``): a second study
+    process on the same folder is refused naming the holder. A folder that cannot be written, or a file
+    in its place, stops here in one line."""
+    if root.exists() and not root.is_dir():
+        raise SystemExit(f"Error: study {name}: --root {root} is a file, not a folder; choose a folder")
+    try:
+        with storage_advice("--root <another folder>"):
+            return RunLock(root, role=f"study {name}").acquire()
+    except RunLocked as e:
+        who = (
+            "; ".join(" ".join(describe(r).split()) for r in e.holders)
+            or "another process (no record of which)"
+        )
+        raise SystemExit(
+            f"Error: study {name}: {root} is in use by another study process ({who}); wait for it to "
+            "finish, stop it, or use another --root"
+        ) from None
+    except OSError as e:
+        raise SystemExit(f"Error: study {name}: cannot write its output folder: {e}") from None
+
+
+class Progress:
+    """One overall line for the study (tqdm: jobs done of N, failures, elapsed, ETA), drawn only when
+    stderr is a terminal; elsewhere (a log file, CI) one log line per finished job instead of joblib's
+    ``[Parallel(n_jobs=1)]: Done 1 tasks`` chatter."""
+
+    def __init__(self, name: str, total: int):
+        self.done_n, self.failed, self.total = 0, 0, total
+        self.bar = tqdm(total=total, desc=f"study {name}", unit="job", disable=not sys.stderr.isatty())
+
+    def done(self, job: Job, why: str) -> None:
+        self.done_n += 1
+        self.failed += bool(why)
+        if self.bar.disable:
+            failed = ", failed" if why else ""
+            log.info("job %d of %d done (%s/%s%s)", self.done_n, self.total, job.group, job.name, failed)
+            return
+        self.bar.set_postfix(failed=self.failed, refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 @contextlib.contextmanager
@@ -341,25 +524,39 @@ def run(
     extra: tuple[str, ...] = (),
     groups: tuple[str, ...] | None = None,
     tasks: tuple[str, ...] | None = None,
+    conf_dir: Path = CONF_DIR,
 ) -> Path:
-    """Run (or resume) every job of study ``name``; returns the study folder (with ``index.csv``). Every
-    job's config is checked first: a problem stops the study before anything is written. A job that
-    fails does not stop the others: the study runs them all, writes the index of those that finished
-    and ``failures.txt``, and exits non-zero naming each failed job (rerun to retry them). ``groups``:
-    only those groups' jobs, ``tasks`` only those tasks' (the index then holds theirs and the others
-    indexed before)."""
-    study = load(name)
-    root = Path(root or Path("outputs") / "study" / study.name)
-    todo = select_groups(jobs(study, tuple(extra)), groups, study, tasks)
-    ran = {(j.group, j.name) for j in todo} if (groups or tasks) else None
+    """Run (or resume) every job of study ``name``; returns the study folder (with ``index.csv``). The
+    study file and every job's config are checked first: a problem stops the study before anything is
+    written. The folder is held for this process (:func:`lock_root`). A job that fails does not stop the
+    others: the study runs them all, writes the index of every finished job (:func:`write_index`) and
+    ``failures.txt``, and exits non-zero naming each failed job (rerun to retry them). ``groups``: only
+    those groups' jobs, ``tasks`` only those tasks' (the index holds every finished job's rows)."""
+    study = load(name, conf_dir)
+    root = Path(root or default_root(study.name))
+    every = jobs(study, tuple(extra))
+    todo = select_groups(every, groups, study, tasks)
     found = problems(study, todo)
     if found:
         raise SystemExit(f"Error: study {study.name}: invalid job configs:\n  - " + "\n  - ".join(found))
-    root.mkdir(parents=True, exist_ok=True)
+    lock = lock_root(root, study.name)
+    try:
+        with storage_advice("--root <another folder>"):
+            _run(study, root, todo, every, n_jobs)
+    finally:
+        lock.release()
+    return root
+
+
+def default_root(name: str) -> Path:
+    """Where a study's runs go unless told: ``outputs/study/<name>``."""
+    return Path("outputs") / "study" / name
+
+
+def _run(study: DictConfig, root: Path, todo: list[Job], every: list[Job], n_jobs: int) -> None:
     log.info("study %s: %d jobs in %s, %d at a time", study.name, len(todo), root, n_jobs)
     t0 = time.perf_counter()
-    index_file = root / "index.csv"
-    old = read_index(index_file)
+    write_index(root, every)  # an index.csv of before index.d: its rows split into index.d
     wall = root / "wall_seconds.txt"  # one line per invocation (a resumed study adds one)
     walls = wall.read_text() if wall.exists() else ""
 
@@ -367,30 +564,28 @@ def run(
         """This invocation's wall time so far: its line is rewritten each time."""
         write_text(wall, walls + f"{time.perf_counter() - t0:.0f}\n")
 
-    def write_progress(index: pd.DataFrame) -> None:
-        """The index so far and this invocation's wall time so far."""
-        if not index.empty:
-            write_text(index_file, index.to_csv(index=False))
-        write_wall()
-
-    results: list[tuple[list[dict], str]] = []
+    failed: list[str] = []
     last_write = time.monotonic()
+    progress = Progress(study.name, len(todo))
     try:
         with workers_stop_on_sigterm(), wall_clock(write_wall, WALL_EVERY_S):
             # "generator": results in job order as they come, so the index grows while the study runs
-            for result in Parallel(n_jobs=n_jobs, backend="loky", verbose=10, return_as="generator")(
+            results = Parallel(n_jobs=n_jobs, backend="loky", verbose=0, return_as="generator")(
                 delayed(run_one_or_fail)(job, study, root, i, n_jobs) for i, job in enumerate(todo)
-            ):
-                results.append(result)
-                if time.monotonic() - last_write > INDEX_EVERY_S and result[0]:
-                    write_progress(merged_index(old, results, None, final=False))
+            )
+            for job, (rows, why) in zip(todo, results):
+                store_rows(root, job, rows)
+                progress.done(job, why)
+                if why:
+                    failed.append(why)
+                if time.monotonic() - last_write > INDEX_EVERY_S and rows:
+                    write_index(root, every)
+                    write_wall()
                     last_write = time.monotonic()
-    except KeyboardInterrupt:  # stopped: index what finished, so the report can use it
-        write_progress(merged_index(old, results, None, final=False))
-        raise
-    write_text(index_file, merged_index(old, results, ran, final=True).to_csv(index=False))
-    write_progress(pd.DataFrame())
-    failed = [why for _, why in results if why]
+    finally:  # finished, failed or stopped: index what finished, so the report can use it
+        progress.close()
+        write_index(root, every)
+        write_wall()
     write_text(root / "failures.txt", "".join(f"{why}\n" for why in failed))  # empty: none this time
     if failed:
         raise SystemExit(
@@ -398,4 +593,3 @@ def run(
             f"rerun the same command to retry them; listed in {root / 'failures.txt'}):\n  - "
             + "\n  - ".join(failed)
         )
-    return root

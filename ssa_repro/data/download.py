@@ -11,6 +11,15 @@ place (resuming with an HTTP ``Range`` request where an earlier attempt stopped)
 final name only once its size and sha256 match the manifest: a failed, partial or wrong download or
 derivation never sits where a task reads. No name a task reads ends in ``.part`` (Zorro's reader globs
 ``*.txt``).
+
+Before any work: the root (not a file, writable) and ``--base-url`` (an http(s) URL with a host) are
+checked, and every source host is asked once (a ``HEAD`` with a short timeout, :func:`reachable`), so a
+file whose source cannot be reached is named at once and none of its inputs is downloaded. A server that
+answers with a web page (``text/html``, or a body starting ``<html``/``<!doctype``: a captive portal or a
+proxy's login page) is never kept as a partial download: it is discarded and said; "run again to resume"
+is advised only for a ``.part`` that is the start of the right file as far as can be told (not a web
+page, not longer than the manifest's size, a server that announced the manifest's size). A full disk or
+a read-only folder stops the run with one line naming the file (core/atomic.py's words).
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ import argparse
 import hashlib
 import http.client
 import os
+import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -42,6 +53,14 @@ class DownloadError(RuntimeError):
 
 class Unreachable(DownloadError):
     """No connection to the source at all (no network, DNS failure, refused, timed out)."""
+
+
+class BadInput(ValueError):
+    """A bad argument (root, ``--base-url``), refused before any work; the message is one line."""
+
+
+PROBE_TIMEOUT = 10.0  # seconds for the reachability check of one host
+HTML_STARTS = (b"<!doctype html", b"<html", b"<head", b"<?xml version")  # lower-cased, after whitespace
 
 
 class InputsMissing(DownloadError):
@@ -127,15 +146,37 @@ def part_name(dest: Path) -> Path:
     return dest.with_name(dest.name + ".part")
 
 
+def looks_like_html(head: bytes) -> bool:
+    """Whether a body starts like a web page (``<!doctype html``, ``<html``, …; case and leading
+    whitespace ignored). No manifest file is HTML."""
+    start = head.lstrip()[:64].lower()
+    return start.startswith(HTML_STARTS[:3]) or (
+        start.startswith(HTML_STARTS[3]) and b"<html" in head.lower()
+    )
+
+
+def _web_page(dest: Path, url: str, why: str) -> DownloadError:
+    return DownloadError(
+        f"{dest.name}: the server at {url} answered with a web page ({why}), not the file: a captive "
+        "portal or a proxy's login page? Log in (or use another network, or --base-url with a mirror), "
+        "then run again; nothing was kept"
+    )
+
+
 def fetch(url: str, dest: Path, sha256: str, size: int, progress: bool = True, timeout: float = 30.0) -> None:
     """Download ``url`` to ``dest`` via ``dest.part``, resuming a partial ``.part`` with ``Range``.
 
     Raises :class:`Unreachable` when no connection can be made, :class:`DownloadError` for an HTTP
-    error, a body shorter than announced (``.part`` is kept, and the next call resumes it) or a wrong
-    sha256 or size (``.part`` is deleted). ``dest`` appears only when everything matched.
+    error, a web page instead of the file (nothing kept), a body shorter than announced (``.part`` is
+    kept, and the next call resumes it) or a wrong sha256 or size (``.part`` is deleted). ``dest``
+    appears only when everything matched. A ``.part`` that is a web page (kept by an older version) is
+    discarded before resuming.
     """
     part = part_name(dest)
     have = part.stat().st_size if part.exists() else 0
+    if have and looks_like_html(_head(part)):
+        part.unlink()  # a portal's page kept by an earlier version: never resumed
+        have = 0
     if have >= size:  # a full-size .part was already checked and failed, or is stale: start again
         part.unlink()
         have = 0
@@ -144,29 +185,24 @@ def fetch(url: str, dest: Path, sha256: str, size: int, progress: bool = True, t
         response = urllib.request.urlopen(request, timeout=timeout)  # follows redirects, keeping Range
     except urllib.error.HTTPError as e:
         raise DownloadError(f"{dest.name}: HTTP {e.code} {e.reason} from {url}") from e
-    except (TimeoutError, urllib.error.URLError, ConnectionError) as e:
+    except (TimeoutError, urllib.error.URLError, ConnectionError, http.client.HTTPException) as e:
         raise Unreachable(f"{dest.name}: cannot reach {url} ({getattr(e, 'reason', e)})") from e
-    dest.parent.mkdir(parents=True, exist_ok=True)
     with response:
+        kind = response.headers.get_content_type() if response.headers.get("Content-Type") else ""
+        if kind in ("text/html", "application/xhtml+xml"):
+            raise _web_page(dest, url, f"Content-Type {kind}")
         if have and response.status != 206:  # the server ignored Range: it sends the whole file
             have = 0
-        with (
-            open(part, "ab" if have else "wb") as out,
-            tqdm(
-                total=size, initial=have, unit="B", unit_scale=True, desc=dest.name, disable=not progress
-            ) as bar,
-        ):
-            try:
-                for block in iter(lambda: response.read(CHUNK), b""):
-                    out.write(block)
-                    bar.update(len(block))
-            except (TimeoutError, http.client.IncompleteRead, ConnectionError) as e:
-                raise DownloadError(
-                    f"{dest.name}: transfer from {url} stopped after {out.tell()} of {size} bytes "
-                    f"({type(e).__name__}); run again to resume from {part}"
-                ) from e
-            out.flush()
-            os.fsync(out.fileno())
+        first = response.read(CHUNK)
+        if not have and looks_like_html(first):
+            raise _web_page(dest, url, "its body starts like HTML")
+        announced = _announced_total(response, have)
+        if announced is not None and announced != size:
+            raise DownloadError(
+                f"{dest.name}: {url} announced {announced} bytes, the manifest says {size}: another file "
+                "(or a proxy's answer); nothing was kept"
+            )
+        _receive(response, first, part, have, size, dest, url, progress)
     got = part.stat().st_size
     if got < size:
         raise DownloadError(
@@ -180,6 +216,101 @@ def fetch(url: str, dest: Path, sha256: str, size: int, progress: bool = True, t
             f"sha256 {sha256} (deleted; the source changed, or a mirror serves another version)"
         )
     os.replace(part, dest)
+
+
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(512)
+
+
+def _announced_total(response, have: int) -> int | None:
+    """The whole file's size the server announced (``Content-Range``'s total on a 206, else
+    ``have`` + ``Content-Length``), or None where it announced none."""
+    rng = response.headers.get("Content-Range", "")
+    if response.status == 206 and "/" in rng and rng.rsplit("/", 1)[1].strip().isdigit():
+        return int(rng.rsplit("/", 1)[1])
+    length = response.headers.get("Content-Length")
+    return have + int(length) if length and length.strip().isdigit() else None
+
+
+def _receive(
+    response, first: bytes, part: Path, have: int, size: int, dest: Path, url: str, progress: bool
+) -> None:
+    """Append the body (``first`` already read) to ``part``; a storage failure is a
+    :class:`~ssa_repro.core.atomic.StorageError` naming the file."""
+    try:
+        part.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            open(part, "ab" if have else "wb") as out,
+            tqdm(
+                total=size, initial=have, unit="B", unit_scale=True, desc=dest.name, disable=not progress
+            ) as bar,
+        ):
+            try:
+                block = first
+                while block:
+                    out.write(block)
+                    bar.update(len(block))
+                    block = response.read(CHUNK)
+            except (TimeoutError, http.client.IncompleteRead, ConnectionError) as e:
+                out.flush()
+                raise DownloadError(
+                    f"{dest.name}: transfer from {url} stopped after {out.tell()} of {size} bytes "
+                    f"({type(e).__name__}); run again to resume from {part}"
+                ) from e
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as e:
+        words = atomic.storage_message(e.errno, part, hint="--root or --cache-dir <another folder>")
+        if words is None:
+            raise
+        raise atomic.StorageError(e.errno, words, str(part)) from e
+
+
+def reachable(url: str, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """None when the host of ``url`` answers (any HTTP status: the host is there), else why not. One
+    ``HEAD`` request with ``timeout``: nothing is downloaded."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (TimeoutError, urllib.error.URLError, ConnectionError, http.client.HTTPException, ValueError) as e:
+        return str(getattr(e, "reason", e))
+
+
+def host_of(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def check_base_url(base_url: str | None) -> None:
+    """``--base-url`` is an ``http://`` or ``https://`` URL with a host (a mirror of the layout)."""
+    if base_url is None:
+        return
+    try:
+        parts = urllib.parse.urlsplit(base_url)
+        parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
+    except ValueError as e:
+        raise BadInput(
+            f"--base-url {base_url!r} is not a URL ({e}); allowed: http(s)://host[:port]/path"
+        ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or " " in base_url:
+        raise BadInput(
+            f"--base-url {base_url!r} is not an http(s) URL with a host; allowed: http(s)://host[:port]/path "
+            "(a mirror serving <base-url>/<path> for every file)"
+        )
+
+
+def check_root(root: Path) -> None:
+    """The data root is a folder (or can be made one) this user can write; else one line."""
+    if root.exists() and not root.is_dir():
+        raise BadInput(f"--root {root} is a file, not a folder; allowed: a folder (created if missing)")
+    existing = next((p for p in (root, *root.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise BadInput(f"--root {root}: {existing} is a file, not a folder; allowed: a folder")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInput(f"--root {root}: {existing} is not writable by this user; allowed: a writable folder")
 
 
 def _in_place(path: Path, sha256: str, size: int) -> bool:
@@ -211,6 +342,7 @@ def build(
         paths.append(p)
         if _in_place(p, src.sha256, src.bytes):
             continue
+        say(f"fetching input {name} ({src.bytes:,} bytes) from {host_of(src.url)}")
         try:
             fetch(src.url, p, src.sha256, src.bytes, progress=progress, timeout=timeout)
             say(f"fetched input {name}")
@@ -263,43 +395,34 @@ def get_data(
     manifest = manifest or load_manifest()
     entries = manifest.select(only)  # refuses an unknown group before any work
     base_url = base_url or os.environ.get("SSA_DATA_URL") or manifest.base_url
+    check_base_url(base_url)
     root = resolve_root(root)
+    check_root(root)
     cache = Path(os.path.expanduser(str(cache))).resolve() if cache else default_cache()
     say(f"data.root: {root}")
     for group in dict.fromkeys(e.group for e in entries):
         info = manifest.groups[group]
         say(f"  {group}: licence {info['licence']}" + (f"; cite {info['cite']}" if info.get("cite") else ""))
+    todo = [e for e in entries if not _in_place(root / e.path, e.sha256, e.bytes)]
+    down = _unreachable_hosts(todo, manifest, base_url, cache, timeout, say)
     missing: list[tuple[Entry, str]] = []  # (entry, why)
-    unreachable = False
-    for e in entries:
-        dest = root / e.path
-        if dest.is_file() and dest.stat().st_size == e.bytes and sha256_of(dest) == e.sha256:
-            say(f"ok      {e.path}")
-            continue
-        if dest.exists():
-            say(f"differs {e.path} (size or sha256): {'building' if e.derive else 'fetching'} it again")
-        url = source(e, base_url)
-        if url is None and e.derive:
-            try:
-                build(e, manifest, root, cache, progress=progress, timeout=timeout, say=say)
-                say(f"derived {e.path} ({e.derive}, {len(e.inputs)} input(s); sha256 matches)")
-            except InputsMissing as err:
-                unreachable |= err.unreachable
-                missing.append((e, _place_inputs_by_hand(err, e, cache)))
-            except (DownloadError, DeriveError) as err:
-                missing.append((e, str(err)))
-            continue
-        if url is None:
-            missing.append((e, "no public upstream copy (" + (e.note or "derived") + ")"))
-            continue
-        try:
-            fetch(url, dest, e.sha256, e.bytes, progress=progress, timeout=timeout)
-            say(f"fetched {e.path}")
-        except Unreachable as err:
-            unreachable = True
-            missing.append((e, str(err)))
-        except DownloadError as err:
-            missing.append((e, str(err)))
+    unreachable = bool(down)
+    try:
+        for e in entries:
+            if e not in todo:
+                say(f"ok      {e.path}")
+                continue
+            blocked = sorted({h for h in _hosts(e, manifest, base_url, cache) if h in down})
+            if blocked:  # nothing of it is downloaded: the file could not be completed
+                missing.append((e, _blocked(e, manifest, base_url, cache, down)))
+                continue
+            why = _one(e, manifest, root, cache, base_url, progress, timeout, say)
+            if why is not None:
+                unreachable |= why[1]
+                missing.append((e, why[0]))
+    except atomic.StorageError as err:  # a full disk or a read-only folder: every later file would fail too
+        say(f"stopped: {err}")
+        return 1
     if not missing:
         say(f"all {len(entries)} files in place under {root}")
         return 0
@@ -312,6 +435,102 @@ def get_data(
     for e, why in missing:
         say(f"  {e.path}  {e.bytes} bytes  sha256 {e.sha256}\n      {why}")
     return 1
+
+
+def _blocked(e: Entry, manifest: Manifest, base_url: str | None, cache: Path, down: dict[str, str]) -> str:
+    """Why ``e`` was not attempted: its source hosts that cannot be reached (for a derived file, every
+    input still to fetch, with where to place it by hand)."""
+    url = source(e, base_url)
+    if url is not None:
+        return f"{e.path}: cannot reach {url} ({down[host_of(url)]}); not downloaded"
+    todo = [
+        (n, manifest.inputs[n])
+        for n in e.inputs
+        if host_of(manifest.inputs[n].url) in _hosts(e, manifest, base_url, cache)
+    ]
+    reasons = [
+        (
+            n,
+            src,
+            f"{n}: cannot reach {src.url} ({down[host_of(src.url)]})"
+            if host_of(src.url) in down
+            else f"{n}: not downloaded (another input's host cannot be reached, so {e.path} could not be built)",
+        )
+        for n, src in todo
+    ]
+    err = InputsMissing(f"{e.path}: inputs not fetched", reasons, True)
+    return _place_inputs_by_hand(err, e, cache)
+
+
+def _hosts(e: Entry, manifest: Manifest, base_url: str | None, cache: Path) -> set[str]:
+    """The hosts entry ``e`` still needs (a derived file's inputs not yet in the cache)."""
+    url = source(e, base_url)
+    if url is not None:
+        return {host_of(url)}
+    out = set()
+    for name in e.inputs if e.derive else ():
+        src = manifest.inputs[name]
+        if not _in_place(cache / name, src.sha256, src.bytes):
+            out.add(host_of(src.url))
+    return out
+
+
+def _unreachable_hosts(
+    todo: list[Entry], manifest: Manifest, base_url: str | None, cache: Path, timeout: float, say
+) -> dict[str, str]:
+    """Ask every source host the files to fetch need, once, before any download: host -> why it cannot
+    be reached (only those)."""
+    urls: dict[str, str] = {}  # host -> one URL on it to ask
+    for e in todo:
+        url = source(e, base_url)
+        cands = (
+            [url]
+            if url
+            else [
+                manifest.inputs[n].url
+                for n in e.inputs
+                if host_of(manifest.inputs[n].url) in _hosts(e, manifest, base_url, cache)
+            ]
+        )
+        for u in cands:
+            urls.setdefault(host_of(u), u)
+    if urls:
+        say(f"checking {len(urls)} source host(s): {', '.join(urls)}")
+    down = {}
+    for host, url in urls.items():
+        why = reachable(url, min(timeout, PROBE_TIMEOUT))
+        if why is not None:
+            down[host] = why
+            say(f"  cannot reach {host} ({why})")
+    return down
+
+
+def _one(e: Entry, manifest, root, cache, base_url, progress, timeout, say) -> tuple[str, bool] | None:
+    """Fetch or build one entry; None when it is in place, else (why not, whether unreachable)."""
+    dest = root / e.path
+    if dest.exists():
+        say(f"differs {e.path} (size or sha256): {'building' if e.derive else 'fetching'} it again")
+    url = source(e, base_url)
+    if url is None and e.derive:
+        try:
+            build(e, manifest, root, cache, progress=progress, timeout=timeout, say=say)
+            say(f"derived {e.path} ({e.derive}, {len(e.inputs)} input(s); sha256 matches)")
+        except InputsMissing as err:
+            return _place_inputs_by_hand(err, e, cache), err.unreachable
+        except (DownloadError, DeriveError) as err:
+            return str(err), False
+        return None
+    if url is None:
+        return "no public upstream copy (" + (e.note or "derived") + ")", False
+    say(f"fetching {e.path} ({e.bytes:,} bytes) from {host_of(url)}")
+    try:
+        fetch(url, dest, e.sha256, e.bytes, progress=progress, timeout=timeout)
+        say(f"fetched {e.path}")
+    except Unreachable as err:
+        return str(err), True
+    except DownloadError as err:
+        return str(err), False
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,6 +548,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    return get_data(
-        args.root, args.only, args.base_url, manifest, progress=not args.no_progress, cache=args.cache_dir
-    )
+    try:
+        return get_data(
+            args.root, args.only, args.base_url, manifest, progress=not args.no_progress, cache=args.cache_dir
+        )
+    except BadInput as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 2

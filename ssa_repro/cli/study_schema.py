@@ -1,0 +1,238 @@
+"""The schema of a study file (``conf/study/<name>.yaml``), checked before a study runs or reports.
+
+A study file, after merging over the study it names in ``defaults``, has these keys:
+
+==============  =========================================================================================
+``name``        the study's name (its output folder ``outputs/study/<name>``): letters, digits, ``_.-``
+``report``      optional: which report writes it (``icl``, ``early``; scripts/study.py checks the name)
+``seeds``       a non-empty list of distinct integers ≥ 0 (a group may give its own)
+``base``        a list of ``key=value`` overrides every job gets
+``tasks``       ``{task name: [override, ...]}``: the task variants groups refer to
+``archs``       ``{arch name: [override, ...]}``: the architectures groups refer to
+``groups``      ``{group: {tasks, scorers, archs, train_sigma[, seeds]}}``: each axis a non-empty list of
+                distinct values; ``tasks`` and ``archs`` name keys above, ``scorers`` name
+                ``conf/scorer/*.yaml``, ``train_sigma`` are numbers > 0
+``evaluations`` ``{key: {name: <evaluator>, ...}}``: the evaluator's own keys (its schema) and the
+                study's (``tasks``: registered tasks, ``groups``: the study's groups, ``steps``: ints > 0)
+==============  =========================================================================================
+
+A duplicate in a list is refused: two equal seeds (or scorers, …) would make one job twice, and the
+index would repeat it. :func:`problems` returns every problem, one line each, naming the file, the key,
+the value and what is allowed; nothing is run or written before the file passes.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ssa_repro.config import CONF_DIR
+from ssa_repro.evaluation import EVALUATORS
+from ssa_repro.tasks import TASKS
+
+TOP = {"defaults", "name", "report", "seeds", "base", "tasks", "archs", "groups", "evaluations"}
+REQUIRED = ("name", "seeds", "base", "tasks", "archs", "groups", "evaluations")
+GROUP_AXES = ("tasks", "scorers", "archs", "train_sigma")  # each group's required keys
+GROUP_KEYS = (*GROUP_AXES, "seeds")
+STUDY_EVAL_KEYS = ("tasks", "groups", "steps")  # an evaluation's keys that the study reads (cli/study.py)
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # folder names: runs/<group>/<task>-<scorer>-…
+
+
+def scorer_names(conf_dir: Path = CONF_DIR) -> list[str]:
+    """The scorer presets ``scorer=<name>`` accepts: ``conf/scorer/*.yaml``."""
+    return sorted(p.stem for p in (Path(conf_dir) / "scorer").glob("*.yaml"))
+
+
+def _plain(value):
+    return OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class _Check:
+    """Collects problems as ``<file>: <key>=<value> <what is wrong>; allowed: <what is>``."""
+
+    def __init__(self, file: str):
+        self.file, self.out = file, []
+
+    def bad(self, key: str, value, why: str) -> None:
+        self.out.append(f"{self.file}: {key}={_plain(value)!r} {why}")
+
+    def missing(self, key: str, why: str) -> None:
+        self.out.append(f"{self.file}: {key} is missing; {why}")
+
+    def mapping(self, key: str, value) -> bool:
+        if not isinstance(value, DictConfig) or len(value) == 0:
+            self.bad(key, value, "is not a non-empty mapping; allowed: {name: ...} with at least one entry")
+            return False
+        for name in value:
+            if not isinstance(name, str) or not NAME_RE.match(name):
+                self.bad(f"{key}.{name}", name, f"is not a usable name; allowed: {NAME_RE.pattern}")
+        return True
+
+    def strings(self, key: str, value, empty: bool = True) -> bool:
+        """A list of strings (overrides): ``empty`` allows ``[]``."""
+        if not isinstance(value, ListConfig) or (not empty and len(value) == 0):
+            what = "a list of strings" if empty else "a non-empty list of strings"
+            self.bad(key, value, f"is not {what}; allowed: e.g. [model.n_layer=2, train.steps=100]")
+            return False
+        ok = True
+        for i, v in enumerate(value):
+            if not isinstance(v, str):
+                self.bad(f"{key}[{i}]", v, "is not a string; allowed: a key=value override as a string")
+                ok = False
+        return ok
+
+    def distinct(self, key: str, value, item_ok, allowed: str) -> list:
+        """A non-empty list whose items pass ``item_ok`` and are distinct (equal numbers count as
+        equal: 1 and 1.0 would name one job folder twice); returns the good items."""
+        if not isinstance(value, ListConfig) or len(value) == 0:
+            self.bad(key, value, f"is not a non-empty list; allowed: {allowed}")
+            return []
+        good, seen = [], {}
+        for i, v in enumerate(value):
+            if not item_ok(v):
+                self.bad(f"{key}[{i}]", v, f"is not allowed; allowed: {allowed}")
+                continue
+            if v in seen:
+                self.bad(
+                    f"{key}[{i}]",
+                    v,
+                    f"repeats {key}[{seen[v]}]: every job would run twice; allowed: distinct values",
+                )
+                continue
+            seen[v] = i
+            good.append(v)
+        return good
+
+
+def problems(study: DictConfig, file: str) -> list[str]:
+    """Every problem of the merged study ``study`` read from ``file`` (one line each; [] when valid).
+    Scorers are checked against the repository's conf/scorer, from which every job is composed."""
+    c = _Check(file)
+    unknown = [k for k in study if k not in TOP]
+    for k in unknown:
+        c.bad(
+            k,
+            study[k],
+            f"is not a key of a study file; allowed keys: {', '.join(sorted(TOP - {'defaults'}))}",
+        )
+    for k in REQUIRED:
+        if k not in study or study[k] is None:
+            c.missing(k, f"a study file needs {', '.join(REQUIRED)} (cli/study_schema.py)")
+    if c.out:
+        return c.out
+    if not isinstance(study.name, str) or not NAME_RE.match(study.name):
+        c.bad("name", study.name, f"is not a usable folder name; allowed: {NAME_RE.pattern}")
+    if "report" in study and not isinstance(study.report, str):
+        c.bad("report", study.report, "is not a string; allowed: a report name (icl, early)")
+    seeds_allowed = "distinct integers >= 0, e.g. [0, 1, 2]"
+    c.distinct("seeds", study.seeds, lambda v: _is_int(v) and v >= 0, seeds_allowed)
+    c.strings("base", study.base)
+    for part in ("tasks", "archs"):
+        if c.mapping(part, study[part]):
+            for name, overrides in study[part].items():
+                c.strings(f"{part}.{name}", overrides)
+    scorers = scorer_names()
+    if c.mapping("groups", study.groups):
+        for group, g in study.groups.items():
+            _group(c, f"groups.{group}", g, study, scorers, seeds_allowed)
+    if isinstance(study.evaluations, DictConfig):
+        for key, settings in study.evaluations.items():
+            _evaluation(c, f"evaluations.{key}", settings, study)
+    else:
+        c.bad("evaluations", study.evaluations, "is not a mapping; allowed: {key: {name: <evaluator>, ...}}")
+    return c.out
+
+
+def _group(c: _Check, key: str, g, study: DictConfig, scorers: list[str], seeds_allowed: str) -> None:
+    if not isinstance(g, DictConfig):
+        c.bad(key, g, f"is not a mapping; allowed: {{{', '.join(GROUP_AXES)}[, seeds]}}")
+        return
+    for k in g:
+        if k not in GROUP_KEYS:
+            c.bad(f"{key}.{k}", g[k], f"is not a key of a group; allowed keys: {', '.join(GROUP_KEYS)}")
+    for k in GROUP_AXES:
+        if k not in g or g[k] is None:
+            c.missing(f"{key}.{k}", f"a group needs {', '.join(GROUP_AXES)} (each a non-empty list)")
+    known = {
+        "tasks": (
+            lambda v: isinstance(v, str) and v in study.tasks,
+            "the study's tasks: " + ", ".join(study.tasks),
+        ),
+        "archs": (
+            lambda v: isinstance(v, str) and v in study.archs,
+            "the study's archs: " + ", ".join(study.archs),
+        ),
+        "scorers": (
+            lambda v: isinstance(v, str) and v in scorers,
+            "conf/scorer/*.yaml: " + ", ".join(scorers),
+        ),
+        "train_sigma": (lambda v: _is_number(v) and v > 0, "numbers > 0, e.g. [1, 5]"),
+        "seeds": (lambda v: _is_int(v) and v >= 0, seeds_allowed),
+    }
+    for k, (ok, allowed) in known.items():
+        if k in g and g[k] is not None:
+            c.distinct(f"{key}.{k}", g[k], ok, allowed)
+
+
+def _evaluation(c: _Check, key: str, settings, study: DictConfig) -> None:
+    if not isinstance(settings, DictConfig):
+        c.bad(key, settings, "is not a mapping; allowed: {name: <evaluator>, <its keys>...}")
+        return
+    name = settings.get("name")
+    if name not in EVALUATORS.schemas:
+        c.bad(f"{key}.name", name, f"is not an evaluator; allowed: {', '.join(sorted(EVALUATORS.schemas))}")
+        return
+    fields = EVALUATORS.schemas[name].__dataclass_fields__
+    study_keys = [k for k in STUDY_EVAL_KEYS if k not in fields]  # eval=lm's `tasks` are its own
+    own = [k for k in settings if k not in study_keys]
+    for k in own:
+        if k not in fields:
+            c.bad(
+                f"{key}.{k}",
+                settings[k],
+                f"is not a key of evaluator {name!r}; allowed: {', '.join([*fields, *study_keys])}",
+            )
+    if "tasks" in study_keys and settings.get("tasks") is not None:
+        c.distinct(
+            f"{key}.tasks",
+            settings.tasks,
+            lambda v: v in TASKS,
+            "registered tasks: " + ", ".join(TASKS.names()),
+        )
+    if settings.get("groups") is not None:
+        c.distinct(
+            f"{key}.groups",
+            settings.groups,
+            lambda v: v in study.groups,
+            "the study's groups: " + ", ".join(study.groups),
+        )
+    if settings.get("steps") is not None:
+        c.distinct(
+            f"{key}.steps",
+            settings.steps,
+            lambda v: _is_int(v) and v > 0,
+            "distinct integers > 0 (kept checkpoints)",
+        )
+    try:  # the values' types, by the evaluator's schema
+        OmegaConf.merge(
+            OmegaConf.structured(EVALUATORS.schemas[name]),
+            OmegaConf.masked_copy(settings, [k for k in own if k in fields]),
+        )
+    except OmegaConfBaseException as e:
+        where = getattr(e, "full_key", None) or "?"
+        c.bad(
+            f"{key}.{where}",
+            OmegaConf.select(settings, str(where), default=None),
+            f"has the wrong type: {str(e).splitlines()[0]}",
+        )
