@@ -2,9 +2,10 @@
 
 ``attach(model, scorer="ssa", **keys)`` adds the scorer's parameters to each attention module and
 routes the model's attention through :func:`ssa_repro.hf.attention.scorer_attention`; ``load_pretrained``
-reads back a model saved with ``save_pretrained`` after ``attach`` (docs/huggingface.md).
+reads back a model saved with ``save_pretrained`` after ``attach``; ``presets()`` lists the scorer
+options of conf/scorer that ``attach`` accepts by name (docs/huggingface.md).
 """
 
-from ssa_repro.hf.attach import ATTN_NAME, AttachError, attach, load_pretrained
+from ssa_repro.hf.attach import ATTN_NAME, AttachError, attach, load_pretrained, presets
 
-__all__ = ["ATTN_NAME", "AttachError", "attach", "load_pretrained"]
+__all__ = ["ATTN_NAME", "AttachError", "attach", "load_pretrained", "presets"]
