@@ -9,16 +9,19 @@ missing ones computed and stored, figures and summary redrawn from every stored 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
+import hydra
 from hydra.core.global_hydra import GlobalHydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from ssa_repro.cli import sweeps
-from ssa_repro.cli.keys import unknown_keys
-from ssa_repro.cli.train_app import log_evaluation
+from ssa_repro.cli.keys import explain_argv, unknown_keys
+from ssa_repro.cli.train_app import log_evaluation, with_job_name
+from ssa_repro.config import CONF_DIR
 from ssa_repro.core import atomic, tracking
 from ssa_repro.core.atomic import StorageError
 from ssa_repro.core.checkpoint import CheckpointError
@@ -140,3 +143,38 @@ def main(cfg: DictConfig) -> dict:
         CorpusError,
     ) as e:
         raise SystemExit(f"Error: {e}") from None
+
+
+HELP_FLAGS = (
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--info",
+    "--cfg",
+    "-c",
+    "--resolve",
+    "--shell-completion",
+    "-sc",
+)
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="evaluate")
+def _app(cfg: DictConfig) -> None:
+    main(cfg)
+
+
+def cli(argv: list[str] | None = None) -> None:
+    """``ssa-evaluate`` and ``python evaluate.py``: the run to evaluate must be named (``run_dir=``) unless
+    only help or the config is asked for; an unknown key is said with the valid ones; then the Hydra app
+    over conf/evaluate.yaml."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    names_run = any(a.split("=", 1)[0].lstrip("+") == "run_dir" for a in argv if "=" in a)
+    asks_help = any(a.split("=", 1)[0] in HELP_FLAGS for a in argv)
+    if not names_run and not asks_help:
+        command = "python evaluate.py" if sys.argv[0].endswith(".py") else "ssa-evaluate"
+        sys.exit(f"Error: give the run to evaluate: {command} run_dir=<run folder> [eval=<name>]")
+    message = explain_argv(CONF_DIR, "evaluate", argv)
+    if message:
+        sys.exit(f"Error: {message}")
+    sys.argv = [sys.argv[0], *with_job_name(argv, "evaluate")]
+    _app()

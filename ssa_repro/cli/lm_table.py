@@ -13,7 +13,7 @@ from ssa_repro.reports.lm_table import main as table_main
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("paths", nargs="+", help="run folders or sweep folders (searched recursively)")
     p.add_argument("--out", default=None, help="output folder (default: the first path)")
     a = p.parse_args(argv)

@@ -192,7 +192,7 @@ def build(n_sim: int) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--write", default=None, help="a markdown page whose BEGIN/END block to replace")
     p.add_argument("--n-sim", type=int, default=2000, help="replications per row (default 2000)")
     a = p.parse_args(argv)

@@ -19,11 +19,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+import hydra
 import pandas as pd
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
@@ -32,7 +34,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ssa_repro.cli import sweeps
-from ssa_repro.cli.keys import unknown_keys
+from ssa_repro.cli.keys import explain_argv, unknown_keys
+from ssa_repro.config import CONF_DIR
 from ssa_repro.core import tracking
 from ssa_repro.core.atomic import ConfigFileError, StorageError, write_json, write_text
 from ssa_repro.core.checkpoint import CheckpointError
@@ -58,8 +61,8 @@ FAILURES = (
     CorpusError,
     ConfigFileError,
     StoreError,
+    tracking.TrackingError,
 )
-TAG_LEN = 64  # W&B's limit for one tag
 
 
 def end_of_run_evals(cfg: DictConfig) -> list[DictConfig]:
@@ -260,7 +263,7 @@ def main(cfg: DictConfig) -> dict:
     with open_dict(cfg):
         if cfg.logger.group is None:  # one W&B group per sweep
             cfg.logger.group = Path(hc.sweep.dir).name
-        tags = [str(o)[:TAG_LEN] for o in hc.overrides.task if not str(o).startswith("logger.")]
+        tags = [str(o)[: tracking.TAG_LEN] for o in hc.overrides.task if not str(o).startswith("logger.")]
         cfg.logger.tags = list(dict.fromkeys([*cfg.logger.tags, *tags]))
     failed = RunDir(run_dir).failed_file
     try:
@@ -277,3 +280,27 @@ def main(cfg: DictConfig) -> dict:
         return {"failed": f"{type(e).__name__}: {first}"}
     failed.unlink(missing_ok=True)
     return summary
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+def _app(cfg: DictConfig) -> None:
+    main(cfg)
+
+
+def with_job_name(argv: list[str], name: str) -> list[str]:
+    """``argv`` with ``hydra.job.name=<name>`` unless it names one: Hydra names a job after the file of
+    its main function (here ``train_app``), while its log file and the trainer's must share one name."""
+    if any(a.lstrip("+").startswith("hydra.job.name=") for a in argv):
+        return argv
+    return [*argv, f"hydra.job.name={name}"]
+
+
+def cli(argv: list[str] | None = None) -> None:
+    """``ssa-train`` and ``python train.py``: an unknown key is said with the valid ones (before Hydra,
+    whose own message lists none), then the Hydra app over conf/train.yaml."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    message = explain_argv(CONF_DIR, "train", argv)
+    if message:
+        sys.exit(f"Error: {message}")
+    sys.argv = [sys.argv[0], *with_job_name(argv, "train")]
+    _app()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from types import SimpleNamespace
 
 from ssa_repro.core import tracking
@@ -218,7 +219,15 @@ def build_workspace(
     )
 
 
-def problems() -> list[str]:
+NO_SERVER_HINT = "a workspace lives on the W&B server: fix this and run the command again"
+TIMEOUT = 60.0  # seconds for each server step (presets, saving): wandb itself retries errors for hours
+
+
+class DashboardError(RuntimeError):
+    """A server step failed or took longer than its bound; the message is one line."""
+
+
+def problems(timeout: float = 5.0) -> list[str]:
     """Why a workspace cannot be created here (empty: it can)."""
     mode = os.environ.get("WANDB_MODE", "online")
     if mode in ("offline", "disabled", "dryrun"):
@@ -230,46 +239,107 @@ def problems() -> list[str]:
         import wandb_workspaces  # noqa: F401
     except ImportError:
         return ["this script needs wandb-workspaces: pip install -e '.[dashboard]'"]
-    return tracking.check(SimpleNamespace(mode="online"))
+    return tracking.check_online(SimpleNamespace(mode="online"), timeout=timeout, hint=NO_SERVER_HINT)
 
 
-def create_presets(entity: str) -> None:
-    """The two chart presets under ``entity`` (an existing preset of the same name is kept)."""
+def bounded(what: str, fn, timeout: float):
+    """``fn()`` in a daemon thread, given ``timeout`` seconds: its result, or a DashboardError naming
+    the step, the server and the bound (wandb retries a server that answers errors for hours, without a
+    word; the abandoned thread ends with the process)."""
+    result: list = []
+
+    def attempt() -> None:
+        try:
+            result.append((True, fn()))
+        except Exception as e:  # noqa: BLE001  (reported below as one line)
+            result.append((False, e))
+
+    print(f"{what} ...", file=sys.stderr, flush=True)
+    thread = threading.Thread(target=attempt, name=f"dashboard: {what}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    server = os.environ.get("WANDB_BASE_URL") or tracking.DEFAULT_BASE_URL
+    if not result:
+        raise DashboardError(
+            f"{what}: no answer from the W&B server {server} within {timeout:g} s (wandb retries a server "
+            "that answers errors; check the server, or raise --timeout)"
+        )
+    ok, value = result[0]
+    if not ok:
+        first = (str(value).strip().splitlines() or [type(value).__name__])[0][:300]
+        raise DashboardError(f"{what}: the W&B server {server} answered {type(value).__name__}: {first}")
+    return value
+
+
+def create_presets(entity: str, timeout: float = TIMEOUT) -> None:
+    """The two chart presets under ``entity`` (an existing preset of the same name is kept), each
+    request bounded by ``timeout`` seconds."""
     import wandb
 
-    api = wandb.Api()
+    api = wandb.Api(timeout=max(1, int(timeout)))
     for name, spec in ((HEATMAP, heatmap_spec()), (DIFFERENCE, difference_spec())):
         try:
-            api.create_custom_chart(
-                entity=entity, name=name, display_name=name, spec_type="vega2", access="private", spec=spec
+            bounded(
+                f"chart preset {entity}/{name}",
+                lambda name=name, spec=spec: api.create_custom_chart(
+                    entity=entity,
+                    name=name,
+                    display_name=name,
+                    spec_type="vega2",
+                    access="private",
+                    spec=spec,
+                ),
+                timeout,
             )
-        except Exception as e:  # most often: it exists already
-            print(f"chart preset {entity}/{name}: {e} (keeping the existing one)", file=sys.stderr)
+        except DashboardError as e:
+            if "exist" not in str(e).lower():
+                raise
+            print(f"chart preset {entity}/{name} exists: keeping it", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="ssa-wandb-dashboard",
+        description="Create a W&B workspace comparing softmax and SSA for one sweep (a W&B group): the "
+        "runs table grouped by scorer, heat maps and their difference, SSA's b and n, training curves. "
+        "Online only; needs the dashboard extra (pip install -e '.[dashboard]').",
+    )
     ap.add_argument("path", help="entity/project")
     ap.add_argument("group", help="the sweep's W&B group (its folder name)")
     ap.add_argument("--eval", default="quick", help="evaluation whose grid is shown (default: quick)")
-    ap.add_argument("--rows", default="sigma_x")
-    ap.add_argument("--cols", default="length")
-    ap.add_argument("--name", default=None, help="workspace name")
+    ap.add_argument(
+        "--rows", default="sigma_x", help="the heat maps' row axis, a grid column (default: sigma_x)"
+    )
+    ap.add_argument("--cols", default="length", help="the heat maps' column axis (default: length)")
+    ap.add_argument("--name", default=None, help="workspace name (default: '<group>: softmax vs SSA')")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT,
+        help=f"seconds each server step may take before the command stops with an error (default: {TIMEOUT:g})",
+    )
     args = ap.parse_args(argv)
     if args.path.count("/") != 1:
         print(f"expected entity/project, got {args.path!r}", file=sys.stderr)
         return 2
-    found = problems()
+    if not args.timeout > 0:
+        print(f"--timeout={args.timeout} must be > 0 (seconds)", file=sys.stderr)
+        return 2
+    found = problems(min(args.timeout, 5.0))
     if found:
         print("cannot create the workspace:\n  " + "\n  ".join(found), file=sys.stderr)
         return 2
     entity, project = args.path.split("/")
     tracking.configure_environment("online")
-    create_presets(entity)
-    workspace = build_workspace(
-        entity, project, args.group, eval_name=args.eval, rows=args.rows, cols=args.cols, name=args.name
-    )
-    workspace.save()
+    try:
+        create_presets(entity, args.timeout)
+        workspace = build_workspace(
+            entity, project, args.group, eval_name=args.eval, rows=args.rows, cols=args.cols, name=args.name
+        )
+        bounded(f"saving the workspace in {args.path}", workspace.save, args.timeout)
+    except DashboardError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 2
     print(workspace.url)
     return 0
 

@@ -26,7 +26,8 @@ API::
 
     configure_environment(mode) -> str                   # before wandb is imported; idempotent
     check(logger_cfg) -> list[str]                       # bad WANDB_MODE, online without key/network
-    check_online(logger_cfg, timeout=5.0) -> list[str]   # the online part of check (key, host, viewer)
+    check_online(logger_cfg, timeout=5.0, hint=None) -> list[str]   # the online part of check (key, host, viewer)
+    name_problems(logger_cfg) -> list[str]               # tags, project, entity that wandb.init refuses
     training_headline(final_loss=, parameters=, steps_per_sec=, wall_time_s=, scorer_stats=) -> dict
     Tracker.for_training(logger_cfg, run_dir, config, name) -> Tracker      # id in run_dir/wandb_id.txt
     Tracker.for_evaluation(run_dir, run_config, protocol, name, logger_cfg=None) -> Tracker
@@ -73,6 +74,7 @@ import os
 import re
 import socket
 import sys
+import tempfile
 import threading
 import urllib.error
 import urllib.request
@@ -88,6 +90,22 @@ from ssa_repro.core.rundir import SUMMARY, RunDir
 log = logging.getLogger(__name__)
 
 MODES = ("offline", "online", "disabled")
+TAG_LEN = 64  # W&B refuses a tag longer than this (a pydantic error at wandb.init)
+NAME_LEN = 128  # W&B's limit for a project name
+FORBIDDEN = "/\\#?%:"  # characters W&B refuses in project and entity names
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what this module writes (12 hex digits) and wandb accepts
+# wandb's folders under the home folder, by the variable that moves each (wandb's own names)
+HOME_DIRS = {
+    "WANDB_CONFIG_DIR": ".config/wandb",
+    "WANDB_CACHE_DIR": ".cache/wandb",
+    "WANDB_DATA_DIR": ".local/share/wandb",
+}
+
+
+class TrackingError(RuntimeError):
+    """W&B could not start or resume a run; the message is one line with the cause and what to do."""
+
+
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 ID_FILE = "wandb_id.txt"
 IDENTITY_FILE = "wandb_run.json"
@@ -145,12 +163,37 @@ def check(logger_cfg, timeout: float = 5.0) -> list[str]:
         return out or [f"logger.mode could not be resolved; allowed: {', '.join(MODES)}"]
     if mode not in MODES:
         out.append(f"logger.mode={mode!r} is not a W&B mode; allowed: {', '.join(MODES)}")
-    elif mode == "online":
+        return out
+    if mode != "disabled":
+        out += name_problems(logger_cfg)
+    if mode == "online" and not out:
         out += check_online(logger_cfg, timeout=timeout)
     return out
 
 
-def check_online(logger_cfg=None, timeout: float = 5.0) -> list[str]:
+def name_problems(logger_cfg) -> list[str]:
+    """Tags, project and entity that wandb.init would refuse (offline too), each naming the key, the value
+    and W&B's rule."""
+    out = []
+    for i, tag in enumerate(getattr(logger_cfg, "tags", None) or []):  # (a bare namespace has none)
+        if not 1 <= len(str(tag)) <= TAG_LEN:
+            out.append(
+                f"logger.tags[{i}]={str(tag)[:40]!r}{'…' if len(str(tag)) > 40 else ''} has {len(str(tag))} "
+                f"characters; W&B allows 1 to {TAG_LEN} per tag"
+            )
+    for key in ("project", "entity"):  # (wandb checks the project's name itself; an entity is in URLs)
+        value = getattr(logger_cfg, key, None)
+        if value is not None and (
+            any(c in FORBIDDEN for c in str(value)) or not 1 <= len(str(value)) <= NAME_LEN
+        ):
+            out.append(
+                f"logger.{key}={str(value)!r} is not a W&B {key} name (1 to {NAME_LEN} characters, none of "
+                f"{' '.join(FORBIDDEN)})"
+            )
+    return out
+
+
+def check_online(logger_cfg=None, timeout: float = 5.0, hint: str | None = None) -> list[str]:
     """Problems that would make an online run fail or hang: no API key, the W&B host unreachable, a key
     the server refuses, a host that is not a W&B server.
 
@@ -161,19 +204,21 @@ def check_online(logger_cfg=None, timeout: float = 5.0) -> list[str]:
     by ``timeout`` seconds (DNS included).
     """
     base_url = os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL
-    offline_hint = "or run with logger.mode=offline and upload later with `wandb sync`"
+    offline_hint = hint or "or run with logger.mode=offline and upload later with `wandb sync`"
+    who = "logger.mode=online" if hint is None else "W&B"  # (the dashboard has no logger.mode)
+    but = f"{who} but" if hint is None else f"{who}:"
     if not _have_api_key(base_url):
         return [
-            f"logger.mode=online needs a W&B API key for {base_url} and none was found: set WANDB_API_KEY, "
+            f"{who} needs a W&B API key for {base_url} and none was found: set WANDB_API_KEY, "
             f"or run `wandb login` (writes ~/.netrc), {offline_hint}"
         ]
     why = reachability_problem(base_url, timeout)
     if why:
-        return [f"logger.mode=online but the W&B server {base_url} is not reachable ({why}); {offline_hint}"]
+        return [f"{but} the W&B server {base_url} is not reachable ({why}); {offline_hint}"]
     key = _api_key(base_url)
     why = credentials_problem(base_url, key, timeout) if key else None  # (an identity token: TCP only)
     if why:
-        return [f"logger.mode=online but {why}; {offline_hint}"]
+        return [f"{but} {why}; {offline_hint}"]
     return []
 
 
@@ -363,7 +408,7 @@ class Tracker:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         id_file = run_dir / ID_FILE
-        run_id = id_file.read_text().strip() if id_file.exists() else _new_id()
+        run_id = _stored_id(id_file) or _new_id()
         id_file.write_text(run_id + "\n")
         group = getattr(logger_cfg, "group", None) or f"{name}-{run_id}"
         identity = {
@@ -587,9 +632,25 @@ class Tracker:
 
 
 def _init(*, mode, project, entity, group, tags, name, id, resume, job_type, run_dir: Path, config):
-    """wandb.init with the settings every run here shares."""
+    """wandb.init with the settings every run here shares; a failure (a server that refuses the resume
+    call, a name wandb rejects) becomes one :class:`TrackingError` line."""
     import wandb
 
+    _movable_home_dirs(run_dir)
+    try:
+        return _wandb_init(
+            wandb, project, entity, group, tags, name, id, resume, job_type, run_dir, mode, config
+        )
+    except Exception as e:  # noqa: BLE001  (wandb raises CommError, UsageError, pydantic's ValueError, ...)
+        what = f"{'resume' if resume else 'start'} {job_type} run {id}"
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise TrackingError(
+            f"W&B could not {what} ({mode}, project {project!r}): {type(e).__name__}: {first}; run with "
+            "logger.mode=offline (upload later with `wandb sync`) or logger.mode=disabled"
+        ) from e
+
+
+def _wandb_init(wandb, project, entity, group, tags, name, id, resume, job_type, run_dir, mode, config):
     return wandb.init(
         project=project,
         entity=entity,
@@ -611,6 +672,49 @@ def _new_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def _stored_id(path: Path) -> str | None:
+    """The W&B run id stored in ``path``, or None when there is none; a damaged one (not a run id: cut,
+    overwritten, binary) is said in a warning and ignored (a new W&B run is started; the training run
+    itself resumes from its checkpoint as usual)."""
+    try:
+        text = path.read_bytes().decode("utf-8", "replace").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.warning("cannot read the W&B run id in %s (%s): starting a new W&B run", path, e)
+        return None
+    if RUN_ID.fullmatch(text):
+        return text
+    log.warning("%s holds %r, not a W&B run id: starting a new W&B run", path, text[:40])
+    return None
+
+
+def _movable_home_dirs(run_dir: Path) -> None:
+    """Where the home folder cannot take wandb's files (read-only, full, a file in the way) and the
+    variable is unset, point wandb's config, cache and data folders (artifact staging) into
+    ``<run_dir>/wandb/home/`` instead, with one log line; wandb would otherwise fail at the first
+    artifact (PermissionError from its staging folder)."""
+    for var, rel in HOME_DIRS.items():
+        if os.environ.get(var):
+            continue
+        if not _writable(Path.home() / rel):
+            fallback = (
+                Path(run_dir) / "wandb" / "home" / var.removeprefix("WANDB_").removesuffix("_DIR").lower()
+            )
+            fallback.mkdir(parents=True, exist_ok=True)
+            os.environ[var] = str(fallback)
+            log.info("W&B: %s cannot be written; %s=%s", Path.home() / rel, var, fallback)
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
 def _read_identity(run_dir: Path) -> dict:
     """The training run's W&B identity (wandb_run.json, else just the id from wandb_id.txt), or {}."""
     path = run_dir / IDENTITY_FILE
@@ -619,8 +723,8 @@ def _read_identity(run_dir: Path) -> dict:
             return json.loads(path.read_text())
         except json.JSONDecodeError:
             pass
-    id_file = run_dir / ID_FILE
-    return {"id": id_file.read_text().strip()} if id_file.exists() else {}
+    run_id = _stored_id(run_dir / ID_FILE)
+    return {"id": run_id} if run_id else {}
 
 
 def _run_name(config: Mapping) -> str:

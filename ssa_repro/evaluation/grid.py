@@ -174,6 +174,8 @@ class GridEvaluation(Evaluator):
                     f"model.max_positions={limit} (the table of model.pos=learned); raise "
                     f"model.max_positions or use a scheme without a table (model.pos={'|'.join(without_table())})"
                 )
+            if c.sigmas and min(c.sigmas) > 0:  # what the task's sampler would refuse while drawing
+                out += self.task.grid_problems(c.sigmas, c.lengths)
         for key in ("n_samples", "batch_size"):
             if c[key] < 1:
                 out.append(f"eval.{key}={c[key]} must be >= 1")
@@ -188,11 +190,14 @@ class GridEvaluation(Evaluator):
                 f"eval.skip_first={c.skip_first}: task {self.task.cfg.name} scores every determined token "
                 "of a prompt (a token task); use eval.skip_first=0"
             )
-        elif c.lengths and not self.task.classification and c.skip_first >= min(c.lengths):
-            out.append(
-                f"eval.skip_first={c.skip_first} must be < the shortest of eval.lengths={_list(c.lengths)} "
-                "(no prediction of the shortest prompts would be scored)"
-            )
+        elif c.lengths and self.task.n_predictions(max(c.lengths)) > 1:
+            # (one prediction per prompt whatever its length, supervise=last: that one counts)
+            scored = self.task.n_predictions(min(c.lengths))
+            if c.skip_first >= scored:
+                out.append(
+                    f"eval.skip_first={c.skip_first} must be < the shortest of eval.lengths={_list(c.lengths)} "
+                    f"(its prompts have {scored} predictions: none of them would be scored)"
+                )
         out += baseline_problems(c.baselines, bool(self.task.classification), tokens=self.task.tokens)
         if c.nested and not self.run_cfg.model.causal:
             out.append("eval.nested=true needs a causal model (model.causal=true): use eval.nested=false")

@@ -40,7 +40,16 @@ from ssa_repro.reports import figures, lm_table, tables, zorro_table
 from ssa_repro.reports.aggregate import over_seeds
 from ssa_repro.reports.difference import difference, difference_mode, resolve_baseline
 from ssa_repro.reports.results import choose, coord, fmt, read, stored_layout
-from ssa_repro.reports.runs import ReportError, Run, expected_jobs, find, job_dirs, override_key, run_inside
+from ssa_repro.reports.runs import (
+    ReportError,
+    Run,
+    all_runs,
+    expected_jobs,
+    find,
+    job_dirs,
+    override_key,
+    run_inside,
+)
 from ssa_repro.tasks import TASKS, build_task
 
 SHORT = {"sigma_x": "σ", "sigma_f": "σ_F", "length": "n", "M": "M", "k": "k"}
@@ -486,7 +495,6 @@ def _markdown_report(comp: Comparison, summary: pd.DataFrame, base, mode: str, h
 # ------------------------------------------------------------------------------------------ command
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="compare.py",
         description="Compare stored evaluation results of run folders, or of every job in a sweep folder: "
         "side-by-side heat maps on one colour scale, a difference map against a baseline, a summary table "
         "with seed intervals. A sweep is grouped by its overridden keys except seed; jobs without results "
@@ -504,7 +512,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--baseline", default=None, help="label (or scorer) the difference map subtracts; default softmax"
     )
-    p.add_argument("--difference", default="auto", choices=["auto", "diff", "log10_ratio"])
+    p.add_argument(
+        "--difference",
+        default="auto",
+        choices=["auto", "diff", "log10_ratio"],
+        help="the difference map: diff (mean − baseline's mean), log10_ratio (log10 of their ratio), auto "
+        "(default: log10_ratio for metrics on a log scale such as MSE, else diff)",
+    )
     p.add_argument(
         "--group-by", default=None, help="for run lists: config keys whose runs are averaged as seeds"
     )
@@ -516,9 +530,31 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# corpus tasks have their own tables, not heat maps: the paper's table 2 (lm) and table 3 (mlm)
+OWN_TABLES = {"lm": "the LM table (ssa-lm-table)", "mlm": "the Zorro table (ssa-zorro-table)"}
+
+
+def kinds_problem(paths) -> str | None:
+    """One line when the runs at or below ``paths`` mix a corpus task (lm, mlm: their own tables) with
+    another task, which no single comparison covers (it ended in ``KeyError: 'shots'``); else None."""
+    by_task: dict[str, list[str]] = {}
+    for r in all_runs(paths):
+        by_task.setdefault(r.task, []).append(r.path.name)
+    if len(by_task) < 2 or not set(by_task) & set(OWN_TABLES):
+        return None  # one kind (several ICL tasks are refused by collect, naming them)
+    listed = "; ".join(
+        f"task={t}: {', '.join(names[:3])}{' …' if len(names) > 3 else ''}" for t, names in by_task.items()
+    )
+    own = ", ".join(f"{t} runs with {OWN_TABLES[t]}" for t in by_task if t in OWN_TABLES)
+    return f"the runs are of different kinds and cannot be compared ({listed}); compare the {own}, the others on their own"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    # corpus tasks have their own tables: the paper's table 2 (task=lm) and table 3 (task=mlm)
+    mixed = kinds_problem(args.paths)
+    if mixed:
+        print(f"Error: {mixed}", file=sys.stderr)
+        return 2
     if zorro_table.mlm_run_dirs(args.paths):
         return zorro_table.main(args.paths, args.out, "pll")
     if lm_table.lm_run_dirs(args.paths):

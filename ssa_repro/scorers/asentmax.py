@@ -57,14 +57,15 @@ class ASEntmax(Scorer):
         self.b_g = nn.Parameter(torch.zeros(n_head))
 
     @classmethod
-    def check_config(cls, cfg, n_head: int) -> list[str]:
+    def check_values(cls, cfg, n_head: int) -> list[str]:
         out = []
         if not 1 < cfg.alpha <= 2:
             out.append(f"scorer.alpha={cfg.alpha} must be in (1, 2] (1.5: entmax15; 2: sparsemax)")
         if cfg.delta < 0:
             out.append(f"scorer.delta={cfg.delta} must be >= 0 (the scale s = δ + β·ℓ^γ stays positive)")
-        if cfg.gamma_range < 0:
-            out.append(f"scorer.gamma_range={cfg.gamma_range} must be >= 0")
+        if not 0 <= cfg.gamma_range <= 20:
+            # ℓ^γ with ℓ = log(n + 1): 13.8^20 = 6e22 for a million keys; γ_r = 100 overflowed at 200 keys
+            out.append(f"scorer.gamma_range={cfg.gamma_range} must be in [0, 20] (ℓ^γ stays finite)")
         if cfg.n_iter < 1:
             out.append(f"scorer.n_iter={cfg.n_iter} must be >= 1")
         return out

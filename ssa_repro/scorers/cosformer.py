@@ -57,7 +57,7 @@ class CosFormer(Scorer):
     smooth = False  # relu(q), relu(k)
 
     @classmethod
-    def check_config(cls, cfg, n_head: int) -> list[str]:
+    def check_values(cls, cfg, n_head: int) -> list[str]:
         out = [] if cfg.m >= 1 else [f"scorer.m={cfg.m} must be >= 1"]
         return out + ([] if cfg.eps > 0 else [f"scorer.eps={cfg.eps} must be > 0"])
 

@@ -78,8 +78,12 @@ class Diff(Scorer):
             setattr(self, name, nn.Parameter(torch.randn(cfg.lambda_dim) * cfg.lambda_std))
 
     @classmethod
-    def check_config(cls, cfg, n_head: int) -> list[str]:
+    def check_values(cls, cfg, n_head: int) -> list[str]:
         out = [] if cfg.lambda_dim >= 1 else [f"scorer.lambda_dim={cfg.lambda_dim} must be >= 1"]
+        if not 0 <= cfg.lambda_std <= 1:
+            # λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2): the dot products of N(0, std²) vectors have variance
+            # lambda_dim·std⁴, so std = 10 overflowed exp at the first step (the original: 0.1)
+            out.append(f"scorer.lambda_std={cfg.lambda_std} must be in [0, 1] (λ's exponentials stay finite)")
         return out + ([] if cfg.norm_eps > 0 else [f"scorer.norm_eps={cfg.norm_eps} must be > 0"])
 
     @property

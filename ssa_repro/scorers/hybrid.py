@@ -63,7 +63,7 @@ class Hybrid(Scorer):
         self.smooth = "relu" not in self.per_head
 
     @classmethod
-    def check_config(cls, cfg, n_head: int) -> list[str]:
+    def check_values(cls, cfg, n_head: int) -> list[str]:
         out = [
             f"scorer.heads contains {h!r}; allowed: {', '.join(FUNCTIONS)}"
             for h in cfg.heads

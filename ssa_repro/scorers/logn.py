@@ -58,7 +58,7 @@ class LogN(Scorer):
         self.rule = value_of(cfg.rule)
 
     @classmethod
-    def check_config(cls, cfg, n_head: int) -> list[str]:
+    def check_values(cls, cfg, n_head: int) -> list[str]:
         out = []
         if value_of(cfg.rule) == "qwen" and not cfg.length >= 2:
             out.append(f"scorer.length={cfg.length} must be >= 2 with scorer.rule=qwen (log L₀ > 0)")

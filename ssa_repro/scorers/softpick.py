@@ -55,7 +55,7 @@ class Softpick(Scorer):
     smooth = False
 
     @classmethod
-    def check_config(cls, cfg, n_head: int) -> list[str]:
+    def check_values(cls, cfg, n_head: int) -> list[str]:
         return [] if cfg.eps >= 0 else [f"scorer.eps={cfg.eps} must be >= 0"]
 
     def forward(self, logits, mask):

@@ -35,7 +35,7 @@ class SoftplusConfig(ScorerConfig):
 @SCORERS.register("softplus", schema=SoftplusConfig)
 class SoftplusAttention(Scorer):
     @classmethod
-    def check_config(cls, cfg, n_head: int) -> list[str]:
+    def check_values(cls, cfg, n_head: int) -> list[str]:
         out = [] if cfg.scale > 0 else [f"scorer.scale={cfg.scale} must be > 0"]
         return out + ([] if cfg.power >= 1 else [f"scorer.power={cfg.power} must be >= 1"])
 

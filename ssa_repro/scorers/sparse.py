@@ -87,7 +87,7 @@ class EntmaxAlpha(_Sparse):
         param_or_buffer(self, "alpha_logit", torch.full((n_head,), a0), cfg.learn_alpha)
 
     @classmethod
-    def check_config(cls, cfg, n_head: int) -> list[str]:
+    def check_values(cls, cfg, n_head: int) -> list[str]:
         out = check_tau(cfg)
         if not 1 < cfg.alpha < 2:
             out.append(f"scorer.alpha={cfg.alpha} must be in (1, 2) (α = 1 + sigmoid(a))")

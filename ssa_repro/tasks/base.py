@@ -142,6 +142,11 @@ class Task:
     evaluation: Evaluation | None = None  # a task without one cannot be evaluated (said loudly)
     classification: bool = False  # outputs are logits of a ±1 label (error = wrong sign), not values
     tokens: bool = False  # outputs are logits over a token vocabulary (tasks/tokens.py)
+    # True where a prediction is scored against a token of the same prompt that follows the position
+    # reading it (its next token: linear's y_i after x_i, copy's b_j): bidirectional attention would show
+    # each position its own answer, and the loss would mean nothing, so validation refuses
+    # model.causal=false. A task opts out where its targets are not in the prompt (masked LM, counting).
+    needs_causal: bool = True
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -192,6 +197,16 @@ class Task:
     def train_sigmas(self) -> dict[str, float]:
         """The grid axes' values of the training distribution (where 'in distribution' is)."""
         return {}
+
+    def grid_problems(self, sigmas, lengths, prefix: str = "eval") -> list[str]:
+        """Grid values (σ settings, prompt lengths) this task's sampler would refuse while drawing prompts,
+        each naming ``<prefix>.sigmas`` or ``<prefix>.lengths`` (``eval`` or ``evaluation``); tasks with
+        limits (MQAR's keys, flip-flop's settings) override it."""
+        return []
+
+    def n_predictions(self, n_points: int) -> int:
+        """Predictions scored per prompt of ``n_points`` examples (``eval.skip_first`` must leave one)."""
+        return n_points
 
     def quick_evaluation(self) -> tuple[str, dict]:
         """(evaluation name, settings) of the end-of-run evaluation; tasks whose settings depend on

@@ -32,6 +32,7 @@ class CountingConfig:
 @TASKS.register("counting", schema=CountingConfig)
 class Counting(TokenTask):
     evaluation = token_evaluation(16)  # conf/task/counting.yaml trains up to 16 symbols
+    needs_causal = False  # the count is read at the last token and is no token of the prompt
 
     def vocab_size(self):
         return self.cfg.alphabet + 2 + self.cfg.max_count

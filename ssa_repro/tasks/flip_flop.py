@@ -60,8 +60,19 @@ class FlipFlop(TokenTask):
     def check(self, cfg):
         out = super().check(cfg)
         if not 0.0 <= self.cfg.p_ignore < 1.0:
-            out.append(f"task.p_ignore={self.cfg.p_ignore} must be in [0, 1)")
-        return out
+            return [*out, f"task.p_ignore={self.cfg.p_ignore} must be in [0, 1)"]
+        return out + self.end_of_run_problems(cfg)
+
+    def grid_problems(self, sigmas, lengths, prefix="eval"):
+        """σ >= 1 − p, so that p(σ) = 1 − (1 − p)/σ is a probability (:func:`p_ignore_at`)."""
+        p = float(self.cfg.p_ignore)
+        low = [s for s in sigmas or [] if not (s > 0 and 0.0 <= 1.0 - (1.0 - p) / s < 1.0)]
+        if not low:
+            return []
+        return [
+            f"{prefix}.sigmas={list(sigmas)} has {low}: with task.p_ignore={p} each setting σ (p(ignore) = "
+            f"1 − (1 − p)/σ) must be >= 1 − task.p_ignore = {1.0 - p:g}; set {prefix}.sigmas or raise task.p_ignore"
+        ]
 
     def draw(self, batch_size, n_points, generator, device, shift=None):
         """ops [B, n] in {w, r, i} (first w, last r) and bits [B, n] (random; reads' are relabelled)."""

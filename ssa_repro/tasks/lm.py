@@ -205,8 +205,6 @@ class LMTask(Task):
                 f"of >= {need} entries: use {preset} (the LM presets set it, with the LM training "
                 f"settings), or set model.vocab_size={need}"
             )
-        if not m.causal:
-            out.append("model.causal=false: task=lm is next-token prediction and needs a causal model")
         if t.context < 2:
             out.append(f"task.context={t.context} must be >= 2")
         if kind == "bpe" and t.bpe_vocab < 257 + 1:

@@ -136,6 +136,7 @@ def _seed_of(*parts: int) -> int:
 
 @TASKS.register("mlm", schema=MLMTaskConfig)
 class MLMTask(Task):
+    needs_causal = False  # the targets are masked out of the input: bidirectional by design
     metric = "mlm_loss"
     evaluation = Evaluation(default="zorro", quick=("zorro", {}), supports=("zorro",))
 

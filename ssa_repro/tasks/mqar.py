@@ -36,6 +36,7 @@ class MQARConfig:
 @TASKS.register("mqar", schema=MQARConfig)
 class MQAR(TokenTask):
     evaluation = token_evaluation(8)  # conf/task/mqar.yaml trains up to 8 pairs
+    needs_causal = False  # a query's answer is its pair's value, earlier in the prompt, never the next token
 
     def vocab_size(self):
         return self.cfg.n_keys + self.cfg.n_values
@@ -45,11 +46,23 @@ class MQAR(TokenTask):
 
     def check(self, cfg):
         out = super().check(cfg)
-        if cfg.curriculum.end > self.cfg.n_keys:
+        for key in ("n_keys", "n_values"):
+            if getattr(self.cfg, key) < 1:
+                out.append(f"task.{key}={getattr(self.cfg, key)} must be >= 1")
+        if cfg.curriculum.end > self.cfg.n_keys >= 1:
             out.append(
-                f"curriculum.end={cfg.curriculum.end} pairs need distinct keys: task.n_keys={self.cfg.n_keys}"
+                f"curriculum.end={cfg.curriculum.end} pairs need distinct keys, more than task.n_keys="
+                f"{self.cfg.n_keys}: raise task.n_keys or lower curriculum.end"
             )
-        return out
+        return out + (self.end_of_run_problems(cfg) if self.cfg.n_keys >= 1 else [])
+
+    def grid_problems(self, sigmas, lengths, prefix="eval"):
+        if not lengths or max(lengths) <= self.cfg.n_keys:
+            return []
+        return [
+            f"{prefix}.lengths={list(lengths)} draws prompts of up to {max(lengths)} pairs, more than "
+            f"task.n_keys={self.cfg.n_keys} distinct keys: raise task.n_keys to {max(lengths)} or set {prefix}.lengths"
+        ]
 
     def draw(self, batch_size, n_points, generator, device, shift=None):
         """keys [B, n] distinct per prompt, values [B, n], order [B, n] (the queries' permutation)."""

@@ -104,6 +104,15 @@ class Quantifier(Task):
         balance = self.cfg.balance
         return (not self.cfg.labels_in_context) if balance is None else bool(balance)
 
+    @property
+    def needs_causal(self) -> bool:
+        """With labels in context y_i is the token after x_i, where y_i is read (see Task.needs_causal);
+        numbers only, the labels are no tokens of the prompt."""
+        return bool(self.cfg.labels_in_context)
+
+    def n_predictions(self, n_points: int) -> int:
+        return 1 if self.supervise_last else n_points
+
     def n_tokens(self, n_points: int) -> int:
         return 2 * n_points if self.cfg.labels_in_context else n_points
 

@@ -86,6 +86,20 @@ class TokenTask(Task):
             ]
         return []
 
+    def end_of_run_problems(self, cfg) -> list[str]:
+        """:meth:`grid_problems` of the end-of-run evaluation, found before training."""
+        return self.grid_problems(
+            self.end_of_run_grid(cfg, "sigmas"), self.end_of_run_grid(cfg, "lengths"), "evaluation"
+        )
+
+    def end_of_run_grid(self, cfg, key: str) -> list:
+        """The values of ``key`` (``lengths``, ``sigmas``) the end-of-run evaluation will draw prompts with:
+        ``evaluation.<key>``, else the task's quick grid ([] when training ends without one)."""
+        if "evaluation" not in cfg or not cfg.evaluation.enabled:  # (evaluate.py checks its own eval keys)
+            return []
+        given = cfg.evaluation[key]
+        return list(given) if given is not None else list(self.evaluation.grid.quick[key])
+
     def batch(self, tokens: torch.Tensor, targets: torch.Tensor, pred_idx: torch.Tensor, prompts) -> Batch:
         """tokens [B, T] long, targets [B, P] long (IGNORE where not scored), pred_idx [P]."""
         return Batch(tokens, targets, pred_idx, tokens, targets, dict(prompts.params))
