@@ -6,6 +6,7 @@
     python scripts/bench.py --compile            # adds torch.compile variants of ours (and the break-even)
     python scripts/bench.py --bf16-rows          # adds bf16-autocast variants of ours, interleaved with fp32
     python scripts/bench.py --eval-only          # only the evaluation rows (plain vs fused; a few minutes)
+    python scripts/bench.py --kernel --device cuda --sizes paper   # the SSA attention paths at T = 82-1024
     python scripts/bench.py --sizes small --no-eval --no-hf --scorers softmax ssa logn gated \
         --pos none sinusoidal rope alibi t5          # adds a row per scorer × position scheme (model.pos)
 
@@ -21,6 +22,11 @@ every variant alike; medians are reported.
   interface as plain autograd ops (needs the ``bench`` extra: ``pip install -e '.[bench]'``).
 - FLOPs per step: 6 × parameters × tokens + 12 × layers × batch × T² × width (attention matmuls,
   forward and backward), against the float32 (or bf16) matmul peak timed in the same run.
+- ``--kernel``: the SSA training step through each attention path against softmax's (SDPA) at T = 82,
+  256 and 1,024 tokens, batch × T ≈ 5,250 tokens: ``ours-node`` (the fused autograd node over
+  [B, H, T, T] scores, what ``auto`` trained SSA with before the kernel), ``ours-flex``
+  (FlexAttention, CUDA), ``ours-triton`` (the fused Triton kernel, ssa_repro/kernels/; CUDA), with the
+  ratio SSA / softmax per row.
 - Evaluation: sequences per second of the quantifier grid (default model, every task) through the plain
   and the fused (FlexAttention) path per scorer, on ``--eval-prompts`` prompts at each of the paper
   grid's 20 lengths, and the projected time of the full grid (see ``eval_throughput``).
@@ -37,7 +43,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from ssa_repro.models import build_model, count_parameters
+from ssa_repro.models import attention, build_model, count_parameters
 from ssa_repro.models.positions import POSITIONS
 from ssa_repro.scorers import SCORERS
 from ssa_repro.scorers.base import masked_softmax
@@ -141,9 +147,10 @@ def make_step(size, impl, scorer, device, batch, n_points, bf16=False):
         model = HFReference(cfg, scorer).to(device)
     else:
         extra = {
-            "attn_impl": "flex" if impl == "ours-flex" else "auto",
+            "attn_impl": {"ours-flex": "flex", "ours-triton": "triton"}.get(impl, "auto"),
             "pos": pos or "learned",
             "rope_base": 1e4,
+            "max_positions": max(cfg["max_positions"], 2 * n_points),
         }
         model_cfg = OmegaConf.create({**cfg, **extra})
         model = build_model(model_cfg, OmegaConf.structured(SCORERS.schemas[scorer]())).to(device)
@@ -155,9 +162,12 @@ def make_step(size, impl, scorer, device, batch, n_points, bf16=False):
     bf16 = bf16 or impl == "ours-bf16"
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
+    # ours-node: auto without the Triton kernel (attention.AUTO_TRITON off during its steps only)
+    node = _auto_triton_off if impl == "ours-node" else contextlib.nullcontext
+
     def step():
         b = task.sample(batch, n_points, gen, device)
-        with autocast:
+        with autocast, node():  # the path is chosen in the forward; the backward follows it
             loss = task.loss(forward(b.tokens)[:, b.pred_idx], b.targets)
         loss.backward()
         opt.step()
@@ -168,6 +178,15 @@ def make_step(size, impl, scorer, device, batch, n_points, bf16=False):
     t = 2 * n_points
     flops = 6 * n_params * batch * t + 12 * cfg["n_layer"] * batch * t**2 * cfg["n_embd"]
     return step, flops, n_params
+
+
+@contextlib.contextmanager
+def _auto_triton_off():
+    old, attention.AUTO_TRITON = attention.AUTO_TRITON, False
+    try:
+        yield
+    finally:
+        attention.AUTO_TRITON = old
 
 
 def time_variants(variants: dict, reps: int, device) -> tuple[dict, dict]:
@@ -241,6 +260,27 @@ def train_table(size, args, device, peak) -> None:
                 f"  {impl + ' ' + s:<22} {1 / m:8.1f} steps/s; the paper's {PAPER_STEPS:,} steps: "
                 f"{PAPER_STEPS * m / 3600:.2f} h"
             )
+
+
+KERNEL_LENGTHS = (82, 256, 1024)  # tokens: the paper's longest ICL prompt, and LM-like lengths
+KERNEL_TOKENS = 64 * 82  # batch × T per step, as at the default batch and prompt
+
+
+def kernel_table(size, args, device) -> None:
+    """The SSA training step through each attention path, and softmax's (SDPA), at several lengths:
+    median step time and SSA / softmax, variants interleaved (see the module docstring)."""
+    impls = ["ours-node"] + (["ours-flex", "ours-triton"] if device.type == "cuda" else [])
+    reps = args.reps or 10
+    for t in KERNEL_LENGTHS:
+        batch = max(1, round(KERNEL_TOKENS / t))
+        names = [("ours", "softmax")] + [(impl, "ssa") for impl in impls]
+        variants = {n: make_step(size, *n, device, batch, t // 2, args.bf16) for n in names}
+        med, first = time_variants(variants, reps, device)
+        base = med[("ours", "softmax")]
+        print(f"\nkernel {size}: T = {2 * (t // 2)} tokens, batch {batch}, {reps} interleaved steps each")
+        print(f"  {'variant':<22} {'median ms':>9} {'SSA/softmax':>12} {'first step s':>13}")
+        for (impl, s), m in med.items():
+            print(f"  {impl + ' ' + s:<22} {m * 1e3:>9.2f} {m / base:>12.2f} {first[(impl, s)]:>13.2f}")
 
 
 def eval_throughput(device, args) -> None:
@@ -355,6 +395,9 @@ def main():
     p.add_argument(
         "--eval-prompts", type=int, default=256, help="prompts per grid length in the evaluation rows"
     )
+    p.add_argument(
+        "--kernel", action="store_true", help="only the SSA attention paths vs softmax at T = 82, 256, 1024"
+    )
     args = p.parse_args()
     for s in args.scorers:
         SCORERS.get(s)  # unknown names fail here, listing the registered ones
@@ -368,6 +411,10 @@ def main():
     )
     if not hf_available() and not args.no_hf:
         print("(HF reference skipped: install the bench extra, pip install -e '.[bench]')")
+    if args.kernel:
+        for size in args.sizes:
+            kernel_table(size, args, device)
+        return
     if not args.eval_only:
         for size in args.sizes:
             train_table(size, args, device, peak)

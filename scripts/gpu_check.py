@@ -1,5 +1,7 @@
-"""GPU readiness in one command (`make gpu-check`): the CUDA tests, the speed table on CUDA, and a short
-paper-size training and evaluation, written to a dated report docs/results/gpu_check_<date>.md.
+"""GPU readiness in one command (`make gpu-check`): the CUDA tests, the speed table on CUDA, the SSA
+attention paths against softmax at T = 82, 256 and 1,024 (`bench.py --kernel`: the fused autograd node,
+FlexAttention, the Triton kernel), and a short paper-size training and evaluation, written to a dated
+report docs/results/gpu_check_<date>.md.
 
     python scripts/gpu_check.py [--out docs/results] [--steps 1000] [--scorer ssa] [--eval quick]
 
@@ -68,7 +70,7 @@ def report(steps: list[dict], args, summary: dict | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--out", default=str(ROOT / "docs" / "results"), help="folder of the dated report")
     p.add_argument("--steps", type=int, default=1000, help="training steps of the paper-size run")
     p.add_argument("--scorer", default="ssa")
@@ -87,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     steps = [
         run_step("CUDA tests", [py, "-m", "pytest", "-q", "-rfsxX", *cuda_tests]),
         run_step("speed table", [py, "scripts/bench.py", "--device", "cuda"], full_output=True),
+        # SSA / softmax per attention path (node, FlexAttention, the Triton kernel) at T = 82, 256, 1024
+        run_step(
+            "SSA kernel table",
+            [py, "scripts/bench.py", "--device", "cuda", "--kernel", "--sizes", "paper"],
+            full_output=True,
+        ),
     ]
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         run_dir = Path(tmp) / "run"

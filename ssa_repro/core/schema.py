@@ -29,6 +29,7 @@ class AttnImpl(str, Enum):
     auto = "auto"  # the scorer's fastest exact path (SDPA for softmax, the fused SSA function, ...)
     eager = "eager"  # the plain path: logits, weights, weights @ v (attention maps, debugging)
     flex = "flex"  # FlexAttention score_mod in a fused kernel (CUDA training; for long T: slower at T = 82)
+    triton = "triton"  # SSA through the fused Triton kernel (ssa_repro/kernels/; CUDA, or TRITON_INTERPRET=1)
 
 
 class Pos(str, Enum):

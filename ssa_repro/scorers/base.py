@@ -18,10 +18,12 @@ the transform, and masked weights are exactly 0.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
+from omegaconf import ListConfig
 from torch import nn
 
 
@@ -32,6 +34,25 @@ class ScorerConfig:
 
     name: str = "softmax"
     label: str = "${.name}"
+
+
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # 3.4e38: attention computes in float32 (or less)
+
+
+def non_finite_values(cfg) -> list[tuple[str, float]]:
+    """(key, value) for each float of a scorer config (a dataclass, dict or DictConfig; lists included)
+    that is NaN, infinite or beyond float32's range."""
+    if dataclasses.is_dataclass(cfg):
+        items = [(f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg)]
+    else:
+        items = [(str(k), cfg[k]) for k in cfg]
+    out = []
+    for key, value in items:
+        values = list(enumerate(value)) if isinstance(value, (list, tuple, ListConfig)) else [(None, value)]
+        for i, v in values:
+            if isinstance(v, float) and not (math.isfinite(v) and abs(v) <= FLOAT32_MAX):
+                out.append((key if i is None else f"{key}[{i}]", v))
+    return out
 
 
 class Scorer(nn.Module):
@@ -65,7 +86,20 @@ class Scorer(nn.Module):
 
     @classmethod
     def check_config(cls, cfg, n_head: int) -> list[str]:
-        """Problems with this scorer's config values (each naming key, value and what is allowed)."""
+        """Problems with this scorer's config values (each naming key, value and what is allowed): every
+        float of the config is finite and within float32's range (where training computes), then the
+        scorer's own ranges (:meth:`check_values`, not asked about a key already reported)."""
+        bad = non_finite_values(cfg)
+        out = [
+            f"scorer.{key}={value} must be a finite number in float32's range (|value| <= {FLOAT32_MAX:.6g})"
+            for key, value in bad
+        ]
+        keys = {f"scorer.{key.split('[')[0]}" for key, _ in bad}
+        return out + [p for p in cls.check_values(cfg, n_head) if p.split("=")[0] not in keys]
+
+    @classmethod
+    def check_values(cls, cfg, n_head: int) -> list[str]:
+        """The scorer's own ranges (a subclass's; its float values are finite by then, NaN excepted)."""
         return []
 
     def forward(self, logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -102,6 +136,12 @@ class Scorer(nn.Module):
         """The scorer as a FlexAttention score_mod ``(x, b, h, q_idx, kv_idx) -> score`` applied to the
         scaled logit x before a softmax (ssa_repro/scorers/flex.py), or None if it is not of that form
         (``model.attn_impl=flex`` then fails validation)."""
+        return None
+
+    def kernel_params(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(b, n), each [H] with its autograd intact, if the weights are SSA's softmax_j(t(x)) with
+        t(x) = n_h·sgn(x)·log1p(b_h|x|), so the fused kernel (ssa_repro/kernels/, ``model.attn_impl=triton``)
+        can compute them; None otherwise (the default)."""
         return None
 
     def stats(self) -> dict[str, torch.Tensor]:

@@ -138,8 +138,13 @@ class SSA(Scorer):
         param_or_buffer(self, "nu", torch.full((size,), nu), cfg.learn_n)
 
     @classmethod
-    def check_config(cls, cfg, n_head: int) -> list[str]:
-        out = []
+    def check_values(cls, cfg, n_head: int) -> list[str]:
+        # b multiplies every logit inside log1p(b|x|), n multiplies that log (at most 88.7 in float32). Up
+        # to 1e30, b|x| stays finite for logits up to |x| = 3e8 (the scorer tests go to 1e4) and n·log1p
+        # for any finite b|x|; 1e40 is no float32 at all (inf: NaN logits at the first step).
+        out = [
+            f"scorer.{k}={v} must be <= 1e30" for k in ("b_init", "n_init") if (v := getattr(cfg, k)) > 1e30
+        ]
         if not cfg.b_init > 0:
             out.append(f"scorer.b_init={cfg.b_init} must be > 0")
         param = value_of(cfg.param)
@@ -194,6 +199,10 @@ class SSA(Scorer):
             return s * n[h] * torch.log1p(b[h] * (s * x))
 
         return ssa_mod
+
+    def kernel_params(self):
+        # [H] each: a per-layer pair is expanded over the heads (its gradient sums back through expand)
+        return self.b.expand(self.n_head), self.n.expand(self.n_head)
 
     def stats(self):
         return {"b": self.b.detach(), "n": self.n.detach()}

@@ -74,7 +74,7 @@ def _tokens(cfg, task) -> int:
 
 def _attention_tensors(cfg) -> int:
     impl = value_of(cfg.model.attn_impl)
-    if impl == "flex":
+    if impl in ("flex", "triton"):  # fused kernels: no [B, H, T, T] tensor is kept for the backward
         return 0
     if impl == "eager":
         return PLAIN_ATTENTION_TENSORS

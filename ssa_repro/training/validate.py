@@ -20,6 +20,7 @@ from ssa_repro.core import distributions as D
 from ssa_repro.core.enums import value_of
 from ssa_repro.core.rundir import device_problems
 from ssa_repro.data.paths import CorpusError
+from ssa_repro.kernels.ssa_attention import INSTALL, MAX_HEAD_DIM, interpreter_on, triton_available
 from ssa_repro.models import MODELS
 from ssa_repro.models.positions import POSITIONS, pos_name, position_limit
 from ssa_repro.scorers import SCORERS
@@ -103,11 +104,7 @@ RULES: list[tuple[str, Rule]] = [
         for d in ("a_dist", "b_dist", "x_dist")
         for f in ("mean", "std", "low", "high")
     ],
-    # SSA: b multiplies every logit inside log1p(b|x|), n multiplies that log (at most 88.7 in float32).
-    # Up to 1e30, b|x| stays finite for logits up to |x| = 3e8 (the scorer tests go to 1e4) and n·log1p
-    # for any finite b|x|; 1e40 is no float32 at all (inf: a NaN loss at step 1).
-    ("scorer.b_init", at_most(1e30)),
-    ("scorer.n_init", at_most(1e30)),
+    # scorer values: each scorer's check_config (finite, in range; ssa_repro/scorers/base.py)
 ]
 
 
@@ -176,7 +173,14 @@ def problems(cfg: DictConfig) -> list[str]:
     if m.n_head >= 1 and m.n_embd % m.n_head:
         out.append(f"model.n_head={m.n_head} must divide model.n_embd={m.n_embd}")
     scorer_cls = SCORERS.get(cfg.scorer.name)
-    out += scorer_cls.check_config(cfg.scorer, cfg.model.n_head)
+    # (the scorer reports its own non-finite values too, for the plug-in: once is enough here)
+    out += [p for p in scorer_cls.check_config(cfg.scorer, m.n_head) if p.split("=")[0] not in reported]
+    if task.needs_causal and not m.causal:
+        out.append(
+            f"model.causal=false (model={m.name}) but task={t.name} scores each prediction against a later "
+            "token of the same prompt, which bidirectional attention shows to the position predicting it "
+            "(Task.needs_causal); use model.causal=true (a causal model such as model=gpt2)"
+        )
     if scorer_cls.causal_only and not m.causal:
         allowed = [n for n in SCORERS.names() if not SCORERS.get(n).causal_only]
         out.append(
@@ -202,6 +206,9 @@ def problems(cfg: DictConfig) -> list[str]:
                 "model.attn_impl=flex needs CUDA (torch 2.13 has no FlexAttention backward on CPU); "
                 "use model.attn_impl=auto on CPU"
             )
+
+    if value_of(m.attn_impl) == "triton":
+        out += _triton_problems(cfg)
 
     if tr.weight_decay > 0 and value_of(tr.optimizer) == "adam":
         out.append(
@@ -234,6 +241,40 @@ def problems(cfg: DictConfig) -> list[str]:
         out.append(str(e))
 
     out += device_problems(cfg.device)
+    return out
+
+
+# position schemes that add a logit bias β_h(i, j) (ssa_repro/models/positions/), which the kernel lacks
+_LOGIT_BIAS_POS = ("alibi", "t5")
+
+
+def _triton_problems(cfg) -> list[str]:
+    """model.attn_impl=triton: an SSA-shaped scorer, no logit bias, a head width the kernel takes,
+    triton installed, and CUDA (or CPU under TRITON_INTERPRET=1)."""
+    m, out = cfg.model, []
+    fused = [n for n in SCORERS.names() if SCORERS.get(n).kernel_params is not Scorer.kernel_params]
+    if cfg.scorer.name not in fused:
+        out.append(
+            f"model.attn_impl=triton runs the fused SSA kernel; scorer.name={cfg.scorer.name!r} is not SSA "
+            f"(allowed: {', '.join(fused)}); use model.attn_impl=auto"
+        )
+    if pos_name(m) in _LOGIT_BIAS_POS:
+        out.append(
+            f"model.attn_impl=triton has no additive position bias; model.pos={pos_name(m)} adds one "
+            "(allowed with triton: learned, none, sinusoidal, rope); use model.attn_impl=auto"
+        )
+    if m.n_head >= 1 and not 1 <= m.n_embd // m.n_head <= MAX_HEAD_DIM:
+        out.append(
+            f"model.attn_impl=triton takes head widths 1..{MAX_HEAD_DIM}; model.n_embd / model.n_head = "
+            f"{m.n_embd // m.n_head}; use model.attn_impl=auto"
+        )
+    if not triton_available():
+        out.append(f"model.attn_impl=triton needs triton, which is not installed: {INSTALL}")
+    elif _device_type(cfg.device) != "cuda" and not interpreter_on():
+        out.append(
+            f"model.attn_impl=triton needs CUDA (device={value_of(cfg.device)}); on CPU only under "
+            "TRITON_INTERPRET=1 (Triton's interpreter: slow, for tests); use model.attn_impl=auto"
+        )
     return out
 
 

@@ -1,0 +1,345 @@
+"""The fused SSA attention kernel (ssa_repro/kernels/) on CPU tensors through Triton's interpreter
+(``TRITON_INTERPRET=1``), against a float64 reference written here from the formula:
+
+    y_i = Σ_j softmax_j(t(x_ij)) v_j over the visible keys, x = q·kᵀ/√d, t(x) = n·s·log1p(b·s·x), s = ±1
+
+with its gradients by plain autograd in float64 (q, k, v, b, n). The interpreter runs the kernels'
+own code (tiling, online softmax, masks, the per-head sums), blocks of 16 here, so shapes of a few
+dozen tokens cross several blocks. The same checks on a GPU, larger: tests/test_cuda.py.
+
+The interpreter is switched on per test (monkeypatch), and the kernels are jitted at their first call
+in the mode then in force (ssa_repro/kernels/_ssa_triton.kernels), so it does not matter which test
+module imported torch or triton first.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ssa_repro.kernels import KernelUnavailable, ssa_attention
+from ssa_repro.models import build_model
+from ssa_repro.training import validate
+from tests.conftest import ROOT, make_cfg
+
+pytest.importorskip("triton", reason="the kernels extra (pip install -e '.[kernels]') is not installed")
+kmod = importlib.import_module(
+    "ssa_repro.kernels.ssa_attention"
+)  # the module (the package exports the function)
+
+
+@pytest.fixture(autouse=True)
+def interpret(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def reference(q, k, v, b, n, causal, kpm):
+    """The formula in float64 with plain autograd; a row with no visible key gives 0."""
+    x = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, T, T]
+    s = torch.where(x >= 0, 1.0, -1.0).to(x.dtype)  # +1 at 0, so autograd gives t'(0) = n·b
+    t = s * n.view(-1, 1, 1) * torch.log1p(b.view(-1, 1, 1) * (s * x))
+    T = q.shape[2]
+    vis = torch.ones(q.shape[0], 1, T, T, dtype=torch.bool, device=q.device)
+    if causal:
+        vis = vis & torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    if kpm is not None:
+        vis = vis & kpm[:, None, None, :]
+    w = torch.softmax(t.masked_fill(~vis, float("-inf")), -1)
+    w = torch.where(vis.any(-1, keepdim=True), w, 0.0)  # softmax of an all -inf row is NaN
+    return w @ v
+
+
+def compare(q, k, v, b, n, causal, kpm=None, dtype=torch.float32, learn_bn=True, tol=(2e-5, 1e-5)):
+    """Kernel (inputs rounded to ``dtype``) against the float64 reference on the same rounded inputs:
+    output and the gradients of q, k, v (and b, n if learned) for a random output gradient. On the
+    inputs' device (CPU: the interpreter; CUDA: tests/test_cuda.py)."""
+    q, k, v = (z.to(dtype).double() for z in (q, k, v))  # what the kernel sees
+    ref_in = [z.clone().requires_grad_() for z in (q, k, v)]
+    ref_in += [z.to(q.device, torch.float64).clone().requires_grad_(learn_bn) for z in (b, n)]
+    y_ref = reference(*ref_in, causal, kpm)
+    go = torch.randn(y_ref.shape, generator=torch.Generator().manual_seed(1)).to(y_ref)
+    y_ref.backward(go)
+    ker_in = [z.to(dtype).requires_grad_() for z in (q, k, v)]
+    ker_in += [z.to(q.device, torch.float32).clone().requires_grad_(learn_bn) for z in (b, n)]
+    y = ssa_attention(*ker_in, causal=causal, key_padding_mask=kpm)
+    assert y.dtype == dtype and y.shape == y_ref.shape
+    y.backward(go.to(dtype))
+    rtol, atol = tol
+    torch.testing.assert_close(y.double(), y_ref.detach(), rtol=rtol, atol=atol)
+    for name, a, r in zip("qkvbn", ker_in, ref_in):
+        if not learn_bn and name in "bn":
+            assert a.grad is None
+            continue
+        torch.testing.assert_close(a.grad.double(), r.grad, rtol=rtol, atol=atol, msg=f"d{name}")
+    return y
+
+
+def inputs(bsz, h, t, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(bsz, h, t, d, generator=g) for _ in range(3)]
+
+
+# b and n per head at their extremes: a near-linear transform (b = 1e-3), a saturating one (b = 50),
+# n = 1 (the constrained parametrisation's bound) and n = 3
+B_EXT = torch.tensor([1e-3, 1.0, 50.0])
+N_EXT = torch.tensor([1.0, 3.0, 1.5])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_ragged_padding_and_extreme_parameters(causal):
+    """T = 37 (blocks of 16: a partial last block), head width 8 (padded to 16 inside), per-head b and
+    n at their extremes, key padding: one sequence padded at both ends, so that under the causal mask
+    its first rows see no key at all (their output is 0, their gradients 0)."""
+    q, k, v = inputs(2, 3, 37, 8)
+    kpm = torch.ones(2, 37, dtype=torch.bool)
+    kpm[1, :3] = False
+    kpm[1, 25:] = False
+    y = compare(q, k, v, B_EXT, N_EXT, causal, kpm)
+    if causal:
+        assert torch.equal(y[1, :, :3], torch.zeros_like(y[1, :, :3]))
+
+
+def test_single_token_and_non_power_of_two_width():
+    """T = 1 (one key, weight 1: the output is v) and head width 24 (padded to 32)."""
+    q, k, v = inputs(2, 2, 1, 24, seed=1)
+    y = compare(q, k, v, torch.tensor([0.8, 2.0]), torch.tensor([1.5, 1.0]), causal=True)
+    torch.testing.assert_close(y, v.float())
+
+
+def test_zero_logits_use_the_slope_at_zero():
+    """q = 0: every logit is exactly 0, the weights are uniform over the visible keys (output: the
+    running mean of v under the causal mask), and dq needs t'(0) = n·b (a sgn-based form gives 0)."""
+    _, k, v = inputs(1, 2, 20, 16, seed=2)
+    q = torch.zeros_like(k)
+    b, n = torch.tensor([0.5, 3.0]), torch.tensor([2.0, 1.0])
+    y = compare(q, k, v, b, n, causal=True)
+    running_mean = v.cumsum(2) / torch.arange(1, 21).view(1, 1, 20, 1)
+    torch.testing.assert_close(y, running_mean, rtol=1e-5, atol=1e-6)
+
+
+def test_fixed_b_and_n_get_no_gradient():
+    q, k, v = inputs(1, 2, 18, 16, seed=3)
+    compare(q, k, v, torch.tensor([0.8, 0.8]), torch.tensor([1.5, 2.0]), causal=True, learn_bn=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_inputs(dtype):
+    """bf16/fp16 q, k, v (the reference gets the same rounded values in float64). The kernel rounds the
+    weights p (and dS·t') to the input dtype before its matmuls, as FlashAttention does, and returns
+    the output and gradients in that dtype: relative errors of a few units of its rounding (bf16:
+    2^-8 ≈ 4e-3, fp16: 2^-11 ≈ 5e-4), summed over ~20 keys."""
+    q, k, v = inputs(1, 2, 21, 16, seed=4)
+    tol = (3e-2, 3e-2) if dtype == torch.bfloat16 else (5e-3, 5e-3)
+    compare(q, k, v, torch.tensor([1.0, 0.3]), torch.tensor([1.5, 2.5]), causal=False, dtype=dtype, tol=tol)
+
+
+def test_bad_input_is_refused_before_any_work(monkeypatch):
+    q = torch.zeros(1, 2, 4, 8)
+    b = n = torch.ones(2)
+    with pytest.raises(ValueError, match=r"b must have shape \[H\] = \[2\]"):
+        ssa_attention(q, q, q, torch.ones(3), n, causal=True)
+    with pytest.raises(ValueError, match="one shape"):
+        ssa_attention(q, q[:, :, :3], q, b, n, causal=True)
+    with pytest.raises(ValueError, match="key_padding_mask must be bool"):
+        ssa_attention(q, q, q, b, n, causal=True, key_padding_mask=torch.ones(1, 4))
+    with pytest.raises(KernelUnavailable, match="head widths 1..128; got 129"):
+        ssa_attention(*(torch.zeros(1, 2, 4, 129) for _ in range(3)), b, n, causal=True)
+    with pytest.raises(KernelUnavailable, match="float32, bfloat16 or float16"):
+        ssa_attention(*(torch.zeros(1, 2, 4, 8, dtype=torch.float64) for _ in range(3)), b, n, causal=True)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(KernelUnavailable, match="runs on CUDA .*TRITON_INTERPRET=1"):
+        ssa_attention(q, q, q, b, n, causal=True)
+
+
+def test_without_triton_a_call_names_the_extra(monkeypatch):
+    monkeypatch.setattr(kmod, "triton_available", lambda: False)
+    with pytest.raises(
+        KernelUnavailable, match=r"needs triton, which is not installed \(pip install -e '\.\[kernels\]'\)"
+    ):
+        ssa_attention(*(torch.zeros(1, 1, 2, 8) for _ in range(3)), torch.ones(1), torch.ones(1), causal=True)
+
+
+@pytest.mark.slow  # a fresh process (imports torch: ~10 s on 2 busy cores)
+def test_without_triton_the_package_imports_and_the_kernel_names_the_extra():
+    """A process where ``import triton`` fails: the model imports, a call says how to install it."""
+    code = (
+        "import sys; sys.modules['triton'] = None\n"  # None in sys.modules: import raises ImportError
+        "import torch\n"
+        "import ssa_repro.models\n"
+        "from ssa_repro.kernels import KernelUnavailable, ssa_attention\n"
+        "q = torch.zeros(1, 1, 2, 8)\n"
+        "try:\n"
+        "    ssa_attention(q, q, q, torch.ones(1), torch.ones(1), causal=True)\n"
+        "except KernelUnavailable as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "needs triton, which is not installed (pip install -e '.[kernels]')" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["ssa", "ssa_nanogpt", "ssa_n2"])
+def test_model_triton_equals_eager(name):
+    """The tiny model (head width 8) with model.attn_impl=triton and =eager, the same weights, b and n
+    moved off their initial values: outputs and every parameter gradient agree. ssa: b, n per head;
+    ssa_nanogpt: one pair per layer (expanded over the heads for the kernel), exp parametrisation;
+    ssa_n2: n fixed (a buffer: the kernel is asked for db only)."""
+    cfg = make_cfg(f"scorer={name}")
+    cfg.model.attn_impl = "triton"
+    torch.manual_seed(0)
+    fused = build_model(cfg.model, cfg.scorer)
+    with torch.no_grad():
+        for key, p in fused.named_parameters():
+            if key.endswith(("beta", "nu")):
+                p.add_(torch.randn_like(p) * 0.5)
+    cfg.model.attn_impl = "eager"
+    plain = build_model(cfg.model, cfg.scorer)
+    plain.load_state_dict(fused.state_dict())
+    tokens = torch.randn(3, 21, 1, generator=torch.Generator().manual_seed(0))
+    results = []
+    for m in (fused, plain):
+        out = m(tokens)
+        out.square().mean().backward()
+        results.append([out.detach()] + [p.grad for p in m.parameters()])
+    names = [n for n, _ in plain.named_parameters()]
+    assert any(n.endswith("beta") for n in names) and any(n.endswith("nu") for n in names) == (
+        name != "ssa_n2"
+    )
+    for key, a, r in zip(["output", *names], *results):
+        torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-6, msg=key)
+
+
+def test_auto_takes_the_kernel_for_training_and_leaves_it_after_a_failure(monkeypatch, caplog):
+    """model.attn_impl=auto as on a GPU with the kernel switched on for auto (``kernel_on_gpu`` made
+    true, ``AUTO_TRITON``: off until measured on a GPU): training calls the kernel, with the plain path's
+    numbers; inference does not (it keeps FlexAttention / the plain path); a kernel that fails is warned
+    about once and the autograd node serves that call and every later one."""
+    from ssa_repro.models import attention
+
+    calls = []
+    real = attention.ssa_attention
+    monkeypatch.setattr(attention, "AUTO_TRITON", True)
+    monkeypatch.setattr(attention, "kernel_on_gpu", lambda q: True)
+    monkeypatch.setattr(attention, "_auto_failed", [])
+    monkeypatch.setattr(attention, "ssa_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    cfg = make_cfg("scorer=ssa")  # attn_impl=auto, one layer
+    torch.manual_seed(0)
+    auto = build_model(cfg.model, cfg.scorer)
+    cfg.model.attn_impl = "eager"
+    plain = build_model(cfg.model, cfg.scorer)
+    plain.load_state_dict(auto.state_dict())
+    tokens = torch.randn(3, 9, 1, generator=torch.Generator().manual_seed(0))
+    ref = plain(tokens).detach()
+    torch.testing.assert_close(auto(tokens), ref, rtol=1e-4, atol=1e-6)
+    assert len(calls) == 1
+    with torch.no_grad():
+        auto(tokens)
+    assert len(calls) == 1
+
+    def broken(*a, **kw):
+        raise RuntimeError("out of resources: shared memory\nmore")
+
+    monkeypatch.setattr(attention, "ssa_attention", broken)
+    with caplog.at_level("WARNING", logger="ssa_repro.train"):
+        for _ in range(2):
+            torch.testing.assert_close(auto(tokens), ref, rtol=1e-4, atol=1e-6)
+    assert attention._auto_failed == ["RuntimeError: out of resources: shared memory"]
+    assert sum("fused SSA kernel failed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_validation_of_attn_impl_triton(monkeypatch):
+    def problems(*overrides):
+        found = validate.problems(make_cfg("model.attn_impl=triton", "device=cpu", *overrides))
+        return [p for p in found if "attn_impl=triton" in p]
+
+    assert problems("scorer=ssa") == []  # CPU under the interpreter (the fixture sets it)
+    assert problems("scorer=ssa_nanogpt", "model.pos=rope") == []
+    (msg,) = problems("scorer=softmax")
+    assert "scorer.name='softmax' is not SSA (allowed: ssa)" in msg
+    (msg,) = problems("scorer=ssa", "model.pos=alibi")
+    assert "model.pos=alibi adds one" in msg
+    (msg,) = problems("scorer=ssa", "model.n_embd=258", "model.n_head=2")
+    assert "head widths 1..128; model.n_embd / model.n_head = 129" in msg
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    (msg,) = problems("scorer=ssa")
+    assert "needs CUDA (device=cpu); on CPU only under TRITON_INTERPRET=1" in msg
+    monkeypatch.setattr(kmod, "triton_available", lambda: False)
+    monkeypatch.setattr(validate, "triton_available", lambda: False)
+    (msg,) = problems("scorer=ssa")
+    assert "needs triton, which is not installed: pip install -e '.[kernels]'" in msg
+
+
+COMPILE_FOR_SM90 = """
+import inspect
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from ssa_repro.kernels import _ssa_triton as K
+
+consts = dict(CAUSAL=True, HAS_KPM=True, NEED_BN=True, PRECISION="ieee", UPCAST=False)
+consts.update(BLOCK_M=64, BLOCK_N=64, BLOCK_D=32)  # head width 32: the paper's ICL model
+types = {a: "*fp32" for a in "Q K V OUT DO DQ DK DV B N LSE DELTA DBP DNP".split()}
+types.update(KPM="*u8", sm_scale="fp32")  # the rest: int32 sizes and strides
+for raw in (K._fwd, K._bwd_dkv, K._bwd_dq):
+    names = list(inspect.signature(raw).parameters)
+    signature = {a: "constexpr" if a in consts else types.get(a, "i32") for a in names}
+    consts_here = {(names.index(a),): v for a, v in consts.items() if a in names}
+    src = ASTSource(fn=triton.jit(raw), signature=signature, constexprs=consts_here)
+    out = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 2})
+    print(raw.__name__, len(out.asm["cubin"]), "bytes of cubin")
+"""
+
+
+@pytest.mark.slow  # a fresh process and three compiles through ptxas: about 30 s
+def test_kernels_compile_for_an_h100_without_a_gpu(monkeypatch):
+    """The interpreter runs the kernels' Python; this compiles them as a GPU would (Triton → PTX → cubin
+    for sm_90 with triton's bundled ptxas), so a construct the compiler rejects fails here, not first on
+    a lent GPU. The training configuration: fp32 (IEEE matmuls), causal, key padding, b and n learned.
+    In its own process: triton's library functions are compiled-mode ones only if triton was imported
+    without TRITON_INTERPRET."""
+    if importlib.util.find_spec("triton.backends.nvidia") is None:
+        pytest.skip("this triton has no NVIDIA backend")
+    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9's default, said (silences a warning)
+    out = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [line.split()[0] for line in out.stdout.splitlines()] == ["_fwd", "_bwd_dkv", "_bwd_dq"]
+
+
+@pytest.mark.slow  # two tiny trainings with their end-of-run evaluations, one through the interpreter
+def test_training_with_attn_impl_triton_equals_eager(tmp_path):
+    """A run end to end (validation, 6 steps, checkpoints, the quick evaluation: training and inference
+    through the kernel) with model.attn_impl=triton and =eager: the same losses step by step and the
+    same evaluation figures."""
+    from ssa_repro.cli.train_app import run_job
+    from ssa_repro.training.metrics_log import read_metrics
+
+    losses, quick = {}, {}
+    for impl in ("triton", "eager"):
+        summary = run_job(make_cfg("scorer=ssa", f"model.attn_impl={impl}", "device=cpu"), tmp_path / impl)
+        assert summary["steps"] == 6
+        rows = read_metrics(tmp_path / impl / "metrics.jsonl")
+        losses[impl] = torch.tensor([r["loss"] for r in rows if "loss" in r], dtype=torch.float64)
+        q = summary["evaluations"]["quick"]
+        quick[impl] = torch.tensor(
+            [q["in_distribution"]["model"], q["mean"], q["worst"]], dtype=torch.float64
+        )
+    assert len(losses["triton"]) >= 3
+    torch.testing.assert_close(losses["triton"], losses["eager"], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(quick["triton"], quick["eager"], rtol=1e-4, atol=1e-6)
+
+
+def test_the_memory_estimate_keeps_no_attention_tensor_for_the_kernel():
+    """attn_impl=triton keeps only the output and the row log-sum-exp, never [B, H, T, T] scores: the
+    memory estimate counts no attention tensor for it, against SSA's three on its autograd node."""
+    from ssa_repro.training import memory
+
+    node = memory.estimate(make_cfg("scorer=ssa", "model.attn_impl=auto"))
+    fused = memory.estimate(make_cfg("scorer=ssa", "model.attn_impl=triton"))
+    assert node["attention_bytes"] > 0 and fused["attention_bytes"] == 0
+    assert node["total_bytes"] - fused["total_bytes"] == node["attention_bytes"]
