@@ -11,7 +11,7 @@ help:  ## list targets
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,lm,garg,hf]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,lm,garg,hf,kernels]'
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv: the package with dev tools and the lm, garg and hf extras (constraints.txt)
@@ -19,11 +19,11 @@ install: $(STAMP)  ## create .venv: the package with dev tools and the lm, garg 
 demo: $(STAMP)  ## train the default small model on CPU (a few minutes) and write its heat map
 	$(PY) train.py device=cpu
 
-test: $(STAMP)  ## the full test suite (what CI runs)
-	$(PY) -m pytest -q --durations=30  # the 30 slowest tests are listed: keep the suite inside its budget
+test: $(STAMP)  ## the full test suite (what CI runs): every core (pytest-xdist), random order (pytest-randomly)
+	$(PY) -m pytest -q -n auto --durations=30  # the 30 slowest tests are listed: keep the suite inside its 10-minute budget
 
-test-fast: $(STAMP)  ## the suite without the slow end-to-end checks
-	$(PY) -m pytest -q -m "not slow"
+test-fast: $(STAMP)  ## the development loop (under 3 minutes on 2 cores): the suite without the tests marked slow
+	$(PY) -m pytest -q -n auto -m "not slow"
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

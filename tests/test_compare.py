@@ -21,7 +21,7 @@ from ssa_repro.evaluation.store import stored
 from ssa_repro.reports import compare, figures, tables
 from ssa_repro.reports.difference import difference, resolve_baseline
 from ssa_repro.reports.runs import ReportError
-from tests.conftest import ROOT, TINY, make_cfg
+from tests.conftest import ROOT, TINY, make_cfg, run_script
 
 matplotlib.use("Agg")
 
@@ -194,7 +194,10 @@ def test_errors_before_any_work(runs, tmp_path):
         compare.write(comp, runs["ssa"] / "compare")
 
 
-def _script(*args, **kw):
+def _script(*args, real=False, **kw):
+    """``python scripts/compare.py ARGS``: in this process (conftest.run_script), or as a real command line."""
+    if not real:
+        return run_script("scripts/compare.py", *map(str, args))
     return subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "compare.py"), *map(str, args)],
         capture_output=True,
@@ -207,7 +210,7 @@ def _script(*args, **kw):
 
 @pytest.mark.slow
 def test_script_end_to_end(runs, tmp_path):
-    proc = _script(runs["softmax"], runs["ssa"])
+    proc = _script(runs["softmax"], runs["ssa"], real=True)  # the suite's real compare command line
     assert proc.returncode == 0, proc.stderr
     made = list((runs["softmax"].parent / "compare").iterdir())  # <common parent>/compare/<time>
     assert len(made) == 1
@@ -232,20 +235,14 @@ def test_script_end_to_end(runs, tmp_path):
 def test_a_length_sweep_is_compared_on_one_fixed_grid(tmp_path):
     """Jobs trained to different lengths are evaluated on the task's fixed quick grid, so compare.py
     puts them side by side (the grids used to differ in length)."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "train.py"),
-            "-m",
-            "curriculum.end=5,6",
-            *TINY,
-            "evaluation.lengths=null",  # the task's quick grid, not debug=tiny's lengths
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        ],
+    proc = run_script(
+        "train.py",
+        "-m",
+        "curriculum.end=5,6",
+        *TINY,
+        "evaluation.lengths=null",  # the task's quick grid, not debug=tiny's lengths
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = _script(tmp_path / "sweep")

@@ -12,6 +12,7 @@ import sys
 import pandas as pd
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from ssa_repro.models import build_model
 from ssa_repro.scorers.base import Scorer
@@ -154,3 +155,187 @@ def test_fused_inference_leaves_a_head_narrower_than_16_to_the_plain_path():
         q, k, v = (x.detach() for x in qkv(3, 2, 40, 8))
         assert flex.fused_inference(s, q, k, v, True) is None
     assert not flex._failed
+
+
+# ------------------------------------------------- the compiled kernel, checked where it is trusted
+# On CPU the same checks run through the uncompiled kernel (tests/test_fast_paths.py, `uncompiled_flex`);
+# here the compiled kernel that `auto` takes on CUDA.
+
+
+@pytest.mark.parametrize("name,kw", WITH_SCORE_MOD)
+def test_fused_bidirectional_inference_equals_plain_path_on_cuda(name, kw):
+    from ssa_repro.scorers import flex
+
+    s = scorer(name, n_head=2, **kw).cuda()
+    for t in (5, 130):
+        with torch.inference_mode(), flex.inference_path("fused"):
+            q, k, v = (x.detach() for x in qkv(7, 2, t, 16, seed=t))
+            y = flex.fused_inference(s, q, k, v, False)
+            ref, _ = Scorer.attend(s, q, k, v, None)
+        if getattr(s.score_mod(), "causal_only", False):
+            assert y is None  # counts keys as q_idx + 1: the plain path serves the encoder
+            continue
+        assert y is not None, flex._failed
+        torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("scorer=ssa", "task=every"),
+        ("scorer=temperature", "task=every"),
+        ("scorer=ssa", "model.causal=false"),
+    ],
+)
+def test_compiled_model_equals_eager_on_cuda(overrides, fused_calls):
+    """Whole models (head width 16, the CUDA kernel's least) through the compiled kernel under `auto`,
+    against model.attn_impl=eager with the same weights: every attention call fused."""
+    cfg = make_cfg(*overrides, "model.max_positions=256", "model.n_head=2", "model.n_embd=32")
+    torch.manual_seed(0)
+    auto = build_model(cfg.model, cfg.scorer).cuda().eval()
+    cfg.model.attn_impl = "eager"
+    eager = build_model(cfg.model, cfg.scorer).cuda().eval()
+    eager.load_state_dict(auto.state_dict())
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for t in (10, 80, 200):
+        tokens = torch.randn(16, t, 1, device="cuda", generator=g)
+        with torch.inference_mode():
+            torch.testing.assert_close(auto(tokens), eager(tokens), rtol=1e-4, atol=1e-4)
+    assert fused_calls and all(fused_calls)
+
+
+def test_compiled_fused_inference_with_alibi_equals_plain_on_cuda():
+    from ssa_repro.scorers import flex
+
+    cfg = make_cfg("model.pos=alibi", "scorer=ssa", "model.n_head=2", "model.n_embd=32")
+    m = build_model(cfg.model, cfg.scorer).cuda().eval()
+    x = torch.randn(3, 2 * cfg.model.max_positions, 1, device="cuda")
+    with torch.no_grad():
+        with flex.inference_path("fused"):
+            fused = m(x)
+        with flex.inference_path("plain"):
+            plain = m(x)
+    assert not flex._failed
+    torch.testing.assert_close(fused, plain, atol=1e-4, rtol=1e-4)
+
+
+def test_fused_inference_compiles_once_per_shape_family_on_cuda(caplog, monkeypatch):
+    """20 lengths x several batch sizes, and a new scorer instance with other captured values: dynamo's
+    caches reset first, so the count does not depend on what ran before (it did, as a CPU test). Measured
+    on CPU from a fresh state (torch 2.13): the first call compiles a graph specialised to its sizes, the
+    next call with another batch size a dynamic one for T <= block, the first T > block a third; nothing
+    after that, and a second scorer instance reuses them. A batch of one takes the plain path (a size-1 dimension would be a graph
+    of its own)."""
+    from torch._dynamo.utils import counters
+
+    from ssa_repro.scorers import flex
+
+    class HeadScale(Scorer):  # softmax(w_h · x)
+        def __init__(self, n_head):
+            super().__init__(OmegaConf.create({"name": "head_scale"}), n_head)
+            self.w = torch.nn.Parameter(torch.rand(n_head) + 0.5)
+
+        def score_mod(self):
+            w = self.w
+
+            def head_scale_mod(x, b, h, q_idx, kv_idx):
+                return w[h] * x
+
+            return head_scale_mod
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(flex, "_compiled_inference", None)
+    monkeypatch.setattr(flex, "_failed", {})
+    lengths = list(range(20, 420, 20))  # the quantifier grid's 20 lengths (10..200 numbers), in tokens
+    first_long = next(t for t in lengths if t > 128)  # the CUDA block size
+    new_graphs_at = []
+    with caplog.at_level("INFO", logger="ssa_repro.evaluate"), torch.inference_mode():
+        for instance, s in enumerate((HeadScale(2).cuda(), HeadScale(2).cuda())):
+            for t in lengths:
+                for bsz in (2, 5, 37):
+                    before = counters["stats"]["unique_graphs"]
+                    q, k, v = (x.detach() for x in qkv(bsz, 2, t, 16))
+                    assert flex.fused_inference(s, q, k, v, causal=True) is not None
+                    if counters["stats"]["unique_graphs"] != before:
+                        new_graphs_at.append((instance, t, bsz))
+            q1 = [x.detach() for x in qkv(1, 2, 9, 16)]
+            assert flex.fused_inference(s, *q1, causal=True) is None  # B = 1: plain
+    assert new_graphs_at == [(0, 20, 2), (0, 20, 5), (0, first_long, 2)]
+    compiled = [r.getMessage() for r in caplog.records if "compiling FlexAttention" in r.getMessage()]
+    assert len(compiled) == 3 and all("HeadScale" in m and " took " in m for m in compiled)
+
+
+# ---------------------------------------------------------------- the fused SSA kernel (ssa_repro/kernels/)
+# The checks of tests/test_kernels.py (there through Triton's interpreter) compiled on the GPU, larger:
+# T = 300 (blocks of 64: a partial last block), head widths 8 (padded to 16) to 128, the three dtypes.
+# fp32 runs IEEE matmuls, but tl.exp/tl.log are the GPU's fast approximations (a few ulp) summed over
+# 300 keys: 1e-4. bf16/fp16: as in tests/test_kernels.py (weights rounded to the input dtype before the
+# value matmul).
+KERNEL_TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (3e-2, 3e-2), torch.float16: (5e-3, 5e-3)}
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("d", [8, 16, 64, 128])
+def test_ssa_kernel_equals_float64_reference_on_cuda(d, dtype, causal):
+    from tests.test_kernels import B_EXT, N_EXT, compare  # skips where triton is missing
+
+    g = torch.Generator(device="cuda").manual_seed(d)
+    q, k, v = (torch.randn(2, 3, 300, d, device="cuda", generator=g) for _ in range(3))
+    kpm = torch.ones(2, 300, dtype=torch.bool, device="cuda")
+    kpm[1, :70] = False  # under the causal mask, rows 0-69 of sequence 1 see no key: output 0
+    kpm[1, 250:] = False
+    y = compare(q, k, v, B_EXT, N_EXT, causal, kpm, dtype=dtype, tol=KERNEL_TOL[dtype])
+    if causal:
+        assert torch.equal(y[1, :, :70], torch.zeros_like(y[1, :, :70]))
+
+
+def test_ssa_kernel_edge_cases_on_cuda():
+    from tests.test_kernels import compare
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    one = [torch.randn(3, 2, 1, 32, device="cuda", generator=g) for _ in range(3)]  # T = 1: y = v
+    y = compare(
+        *one, torch.tensor([0.8, 2.0]), torch.tensor([1.5, 1.0]), causal=True, tol=KERNEL_TOL[torch.float32]
+    )
+    torch.testing.assert_close(y, one[2])
+    _, k, v = (torch.randn(2, 2, 100, 64, device="cuda", generator=g) for _ in range(3))
+    q = torch.zeros_like(k)  # every logit exactly 0: t'(0) = n·b; b, n fixed (no gradient)
+    compare(
+        q,
+        k,
+        v,
+        torch.tensor([0.5, 3.0]),
+        torch.tensor([2.0, 1.0]),
+        causal=True,
+        learn_bn=False,
+        tol=KERNEL_TOL[torch.float32],
+    )
+
+
+@pytest.mark.parametrize("impl", ["triton", "auto"])
+def test_model_through_the_ssa_kernel_equals_eager_on_cuda(impl, monkeypatch):
+    """Training (grad enabled) through the kernel: model.attn_impl=triton, and auto, which takes it for
+    SSA on CUDA; outputs and every parameter gradient equal model.attn_impl=eager's (same weights)."""
+    pytest.importorskip("triton")
+    from ssa_repro.models import attention
+
+    calls = []
+    real = attention.ssa_attention
+    monkeypatch.setattr(attention, "ssa_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    cfg = make_cfg("scorer=ssa", "model.n_layer=2", "model.n_head=2", "model.n_embd=64", "model.pos=rope")
+    cfg.model.attn_impl = impl
+    torch.manual_seed(0)
+    fused = build_model(cfg.model, cfg.scorer).cuda()
+    cfg.model.attn_impl = "eager"
+    plain = build_model(cfg.model, cfg.scorer).cuda()
+    plain.load_state_dict(fused.state_dict())
+    tokens = torch.randn(8, 150, 1, device="cuda", generator=torch.Generator(device="cuda").manual_seed(0))
+    results = []
+    for m in (fused, plain):
+        out = m(tokens)
+        out.square().mean().backward()
+        results.append([out.detach()] + [p.grad for p in m.parameters()])
+    assert len(calls) == 2  # both layers of the fused model, none of the eager one
+    for a, r in zip(*results):
+        torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-5)

@@ -152,7 +152,13 @@ def test_collect_and_boundaries_through_a_clipping_stub():
     assert set(rows.prompts) == {"all", "query_sweep", "sigma_f=1", "sigma_f=10"}
     m = rows[(rows.predictor == "model") & (rows.prompts == "all")].iloc[0]
     assert (m.lower, m.upper) == pytest.approx((-7.0, 9.0), abs=1e-4)
-    assert (m.saturation_neg, m.saturation_pos) == pytest.approx((-7.8889, 10.1111), abs=0.6)  # (c+0.1)/0.9
+    # the rows carry the estimator (checked against its closed form in test_saturation_points_of_a_known_clip)
+    # applied to every prompt with the config's tolerances and bins: exactly, not only near (c + 0.1)/0.9
+    expected = B.saturation_points(
+        frame.y_true, frame.pred_model, cfg.rel_tol, cfg.abs_tol, cfg.n_bins, cfg.min_count
+    )
+    assert (m.saturation_neg, m.saturation_pos) == expected
+    assert expected == pytest.approx((-7.1 / 0.9, 9.1 / 0.9), abs=0.6)  # bins of ~1.5 at 400 + 1,640 prompts
     ls = rows[(rows.predictor == "least_squares") & (rows.prompts == "all")].iloc[0]
     assert math.isnan(ls.saturation_neg) and math.isnan(ls.saturation_pos)
     assert ls.upper == pytest.approx(ls.y_true_high, rel=1e-4)

@@ -22,7 +22,7 @@ from ssa_repro.evaluation.store import stored
 from ssa_repro.models import build_model
 from ssa_repro.tasks import build_task
 from ssa_repro.training.trainer import train
-from tests.conftest import ROOT, make_cfg
+from tests.conftest import ROOT, make_cfg, run_script
 
 CPU = torch.device("cpu")
 COLUMNS = {
@@ -356,7 +356,10 @@ def test_progress_logs_every_tenth_off_a_terminal(caplog):
 
 
 # ------------------------------------------------------------------ the command line
-def _cli(*args, cwd=ROOT):
+def _cli(*args, cwd=ROOT, real=False):
+    """``python evaluate.py ARGS``: in this process (conftest.run_script), or as a real command line."""
+    if not real:
+        return run_script("evaluate.py", *args, cwd=cwd)
     return subprocess.run(
         [sys.executable, str(ROOT / "evaluate.py"), *args],
         cwd=cwd,
@@ -401,6 +404,7 @@ def test_a_sigma_multirun_keeps_every_jobs_cells(tmp_path, launcher):
         "eval.batch_size=4",
         *extra,
         cwd=tmp_path,
+        real=launcher == "joblib",  # the one real `python evaluate.py` command line of the suite
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (store,) = stored(run, "grid")
@@ -411,3 +415,15 @@ def test_a_sigma_multirun_keeps_every_jobs_cells(tmp_path, launcher):
     assert not (tmp_path / "multirun").exists() and not (tmp_path / "outputs").exists()
     logs = list((run / "eval" / "sweeps").rglob("*.log"))
     assert len(logs) == 3  # job logs inside the run folder
+
+
+def test_check_refuses_grid_values_the_tasks_sampler_would_refuse():
+    """`python evaluate.py` on an MQAR or flip-flop run: the task's limits (keys per prompt, flip-flop's
+    σ) are refused when the evaluation is checked, before any prompt is drawn (they were found only
+    while drawing)."""
+    mqar = make_cfg("task=mqar", "task.n_keys=8")
+    assert not [p for p in runner.check(mqar, grid(sigmas=[1.0], lengths=[8])) if "draws prompts" in p]
+    (found,) = [p for p in runner.check(mqar, grid(sigmas=[1.0], lengths=[4, 16])) if "draws prompts" in p]
+    assert found.startswith("eval.lengths=[4, 16] draws prompts of up to 16 pairs, more than task.n_keys=8")
+    ff = make_cfg("task=flip_flop", "task.p_ignore=0.8")
+    assert any(p.startswith("eval.sigmas=[0.1] has [0.1]") for p in runner.check(ff, grid(sigmas=[0.1])))

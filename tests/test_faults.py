@@ -26,7 +26,7 @@ from ssa_repro.evaluation import runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.training.trainer import train
 from ssa_repro.training.validate import ConfigError
-from tests.conftest import CONF, ROOT, TINY, make_cfg
+from tests.conftest import CONF, ROOT, TINY, make_cfg, run_script
 
 ENV = {**os.environ, "WANDB_MODE": "disabled"}
 
@@ -35,15 +35,9 @@ def snapshot(folder):
     return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
-def _train(*args, **kw):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *TINY, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=ENV,
-        **kw,
-    )
+def _train(*args, env=None, **_):
+    """``python train.py debug=tiny ARGS``, in this process (conftest.run_script)."""
+    return run_script("train.py", *TINY, *args, env=env)
 
 
 def test_a_finished_run_given_fewer_steps_is_refused(tmp_path):
@@ -142,15 +136,9 @@ def test_bad_command_lines_are_refused_before_any_folder(tmp_path, args, needle)
     assert not run.exists()
 
 
-def _evaluate(*args, **kw):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "evaluate.py"), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=ENV,
-        **kw,
-    )
+def _evaluate(*args, env=None, **_):
+    """``python evaluate.py ARGS``, in this process (conftest.run_script)."""
+    return run_script("evaluate.py", *args, env=env)
 
 
 @pytest.mark.slow
@@ -207,11 +195,10 @@ def test_a_corpus_of_random_bytes_is_refused_before_any_folder(tmp_path):
         (root / "lm" / f"{name}.txt").write_text("the cat sat on the mat .\n")
     before = snapshot(tmp_path)
     run = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "experiment=lm_small", f"data.root={root}",
-         f"data.cache_dir={tmp_path / 'cache'}", "task.context=8", "task.bpe_vocab=300", "model.vocab_size=300",
-         "model.max_positions=8", "logger.mode=disabled", f"hydra.run.dir={run}"],
-        cwd=ROOT, capture_output=True, text=True, env=ENV, timeout=300,
+    proc = run_script(
+        "train.py", "experiment=lm_small", f"data.root={root}", f"data.cache_dir={tmp_path / 'cache'}",
+        "task.context=8", "task.bpe_vocab=300", "model.vocab_size=300", "model.max_positions=8",
+        "logger.mode=disabled", f"hydra.run.dir={run}",
     )  # fmt: skip
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert f"{root / 'lm' / 'train.txt'}: " in proc.stderr and "% of its bytes (" in proc.stderr
@@ -237,12 +224,9 @@ def test_online_wandb_against_a_host_that_is_not_wandb_is_refused_before_any_fol
 
         threading.Thread(target=serve, daemon=True).start()
         url = f"http://127.0.0.1:{server.getsockname()[1]}"
-        env = {**ENV, "WANDB_MODE": "online", "WANDB_API_KEY": "k" * 40, "WANDB_BASE_URL": url}
+        env = {"WANDB_MODE": "online", "WANDB_API_KEY": "k" * 40, "WANDB_BASE_URL": url}
         run = tmp_path / "run"
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "train.py"), *TINY, "logger.mode=online", f"hydra.run.dir={run}"],
-            cwd=ROOT, capture_output=True, text=True, env=env, timeout=300,
-        )  # fmt: skip
+        proc = _train("logger.mode=online", f"hydra.run.dir={run}", env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert f"{url} is not a W&B server (check WANDB_BASE_URL): it answered HTTP 404" in proc.stderr
     assert not run.exists()
@@ -305,10 +289,7 @@ def test_start_up_checks_stop_the_job_before_anything_is_written(tmp_path):
     assert "device=cuda but no CUDA device is available; use device=auto or device=cpu" in proc.stderr
     assert snapshot(run) == before and not (run / "eval").exists()  # no log folder either
     new = tmp_path / "new"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *TINY, f"hydra.run.dir={new}"],
-        cwd=ROOT, capture_output=True, text=True, env={**ENV, "WANDB_MODE": "bogus"}, timeout=300,
-    )  # fmt: skip
+    proc = _train(f"hydra.run.dir={new}", env={"WANDB_MODE": "bogus"})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "WANDB_MODE='bogus' is not a W&B mode" in proc.stderr and not new.exists()
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import glob
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -18,7 +16,7 @@ from omegaconf import OmegaConf
 
 from ssa_repro.tasks import TASKS, Stage, build_task, curriculum
 from ssa_repro.tasks import baselines as B
-from tests.conftest import ROOT, make_cfg
+from tests.conftest import make_cfg, run_script
 
 GARG = [
     "linear_regression",
@@ -176,11 +174,15 @@ def test_model_input_width_follows_the_task():
 @pytest.mark.slow
 def test_a_function_task_trains_and_evaluates_with_its_baselines(tmp_path):
     run = tmp_path / "run"
-    subprocess.run(
-        [sys.executable, "train.py", "debug=tiny", "task=relu_2nn", "task.n_dims=4", "curriculum.dims_start=2",
-         f"hydra.run.dir={run}"],
-        cwd=ROOT, check=True, capture_output=True,
-    )  # fmt: skip
+    proc = run_script(
+        "train.py",
+        "debug=tiny",
+        "task=relu_2nn",
+        "task.n_dims=4",
+        "curriculum.dims_start=2",
+        f"hydra.run.dir={run}",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
     parts = glob.glob(str(run / "eval" / "grid" / "*" / "parts" / "results-*.csv"))
     frame = pd.concat([pd.read_csv(p) for p in parts])
     assert set(frame.predictor) == {"model", "least_squares_d", "ridge", "knn3", "averaging", "zero"}

@@ -273,22 +273,56 @@ def test_every_task_file_parses():
             assert all(c.startswith(" ") for c in it.continuations)
 
 
+class RecordingLM(mc.TokenLM):
+    """A TokenLM that keeps every (context, continuation) it scores with its (log-likelihood, greedy)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.scored: dict = {}
+
+    def loglikelihood(self, pairs, groups=None):
+        out = super().loglikelihood(pairs, groups)
+        self.scored.update(zip(pairs, out))
+        return out
+
+
 @pytest.mark.slow
 @needs_shared
 def test_lm_eval_adapter_matches_builtin_scorer(tmp_path):
+    """Per item, the harness asks the model exactly the questions the built-in scorer asks (the same
+    context and continuation strings for every choice) and, for every pair inside the model's window, gets
+    the same log-likelihood and greedy flag; and the accuracy agrees: checked per request, not only on the
+    accuracy of 4 items."""
     pytest.importorskip("lm_eval")
     from ssa_repro.evaluation.lm_eval_adapter import run_harness
 
     torch.manual_seed(0)
     cfg = make_cfg(
-        "experiment=lm_small", "model.vocab_size=257", "model.n_layer=1", "model.n_embd=16", tiny=False
+        "experiment=lm_small",
+        "model.vocab_size=257",
+        "model.n_layer=1",
+        "model.n_embd=16",
+        "model.max_positions=512",  # a window that holds every 0-shot item in bytes: nothing is cut
+        tiny=False,
     )
     model = build_model(cfg.model, cfg.scorer).eval()
-    lm = mc.TokenLM(model, ByteTokenizer(), max_length=128, device="cpu", batch_size=8)
     names = ["arc_easy", "copa", "wsc273", "winogrande", "lambada_openai"]
-    res = run_harness(lm, SHARED, names, num_fewshot=0, limit=4, folder=tmp_path / "tasks")
+    harness = RecordingLM(model, ByteTokenizer(), max_length=512, device="cpu", batch_size=8)
+    res = run_harness(harness, SHARED, names, num_fewshot=0, limit=4, folder=tmp_path / "tasks")
     for name in names:
-        mine = mc.score_task(lm, name, mc.load_items(SHARED, name, limit=4))
+        builtin = RecordingLM(model, ByteTokenizer(), max_length=512, device="cpu", batch_size=8)
+        items = mc.load_items(SHARED, name, limit=4)
+        mine = mc.score_task(builtin, name, items)
+        asked = {pair: harness.scored[pair] for pair in builtin.scored if pair in harness.scored}
+        assert set(asked) == set(builtin.scored), f"{name}: the harness asked other questions"
+        assert len(builtin.scored) == sum(len(it.continuations) for it in items)
+        # a pair longer than the window is cut differently on purpose: the built-in scorer cuts an item's
+        # choices at one place (multiple_choice.TokenLM.loglikelihood's groups), lm-eval each on its own
+        fits = {p for p in builtin.scored if sum(map(len, builtin.encode_pair(*p))) <= builtin.max_length + 1}
+        assert fits == set(builtin.scored), f"{name}: a pair longer than the window"
+        for pair in fits:
+            ll, greedy = builtin.scored[pair]
+            assert asked[pair][0] == pytest.approx(ll, rel=1e-5, abs=1e-5) and asked[pair][1] == greedy
         assert res[name]["acc"][0] == pytest.approx(mine["acc"][0]), name
         assert res[name]["n"] == 4
 

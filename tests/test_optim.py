@@ -1,7 +1,5 @@
 """Optimizer, schedule, accumulation and the model options added for the corpus tasks."""
 
-import math
-
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -52,21 +50,39 @@ def test_bad_train_values_are_named():
     assert "train.grad_accum=0" in msg and "train.min_lr_ratio=2.0" in msg and "adamw" in msg
 
 
-def test_grad_accum_runs_and_logs_mean_loss(tmp_path):
+def test_grad_accum_logs_the_mean_of_its_micro_batch_losses(tmp_path):
+    """train.grad_accum=2: the first step's logged loss is the mean of its two micro-batches' losses at
+    the initial weights, recomputed here by hand from the same seed (weights and prompt generator); the
+    next step's differs (the weights moved)."""
+    from ssa_repro.tasks import curriculum
+    from ssa_repro.training import trainer
     from ssa_repro.training.metrics_log import read_metrics
-    from ssa_repro.training.trainer import train
 
-    cfg = make_cfg(
-        "train.steps=4",
+    overrides = (
+        "train.steps=2",
         "train.grad_accum=2",
+        "train.log_interval=1",
         "train.grad_clip=1.0",
         "train.schedule=cosine",
         "train.warmup_steps=1",
         "evaluation.enabled=false",
     )
-    train(cfg, tmp_path)
-    rows = read_metrics(tmp_path / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [2, 4] and all(math.isfinite(r["loss"]) for r in rows)
+    cfg = make_cfg(*overrides)
+    trainer.train(cfg, tmp_path / "run")
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+
+    s = trainer.build(make_cfg(*overrides), tmp_path / "by_hand")  # the same seed: same weights, prompts
+    s.model.train()
+    stage = curriculum.stage(cfg.curriculum, 0)
+    with torch.no_grad():
+        micro = [
+            s.task.training_loss(s.model, s.task.train_batch(i, cfg.train.batch_size, stage, s.gen, s.device))
+            for i in (0, 1)
+        ]
+    assert rows[0]["loss"] == pytest.approx(float(sum(micro)) / 2, rel=1e-5)
+    assert abs(float(micro[0]) - float(micro[1])) > 1e-3  # two different batches, so the mean is a mean
+    assert rows[1]["loss"] != pytest.approx(rows[0]["loss"], rel=1e-4)
 
 
 def test_token_model_ties_head_and_post_ln_runs():

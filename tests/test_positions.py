@@ -31,7 +31,7 @@ from ssa_repro.scorers.base import Scorer
 from ssa_repro.tasks import TASKS
 from ssa_repro.training.trainer import train
 from ssa_repro.training.validate import problems
-from tests.conftest import CPU_KERNEL, make_cfg
+from tests.conftest import make_cfg
 
 SCHEMES = ["learned", "none", "sinusoidal", "rope", "alibi", "t5"]
 
@@ -318,9 +318,9 @@ def test_biased_score_mod_equals_plain_path_for_every_fusible_scorer(pos):
         torch.testing.assert_close(own, plain, atol=2e-5, rtol=2e-5, msg=name)
 
 
-@pytest.mark.slow
-@CPU_KERNEL
-def test_compiled_fused_inference_with_alibi_equals_plain():
+def test_fused_inference_with_alibi_equals_plain(fused_calls, uncompiled_flex):
+    """ALiBi's bias as a score_mod term through the fused path (uncompiled here; compiled on CUDA in
+    tests/test_cuda.py) equals the plain path's scorer(x + β)."""
     cfg = make_cfg("model.pos=alibi", "scorer=ssa")
     m = build_model(cfg.model, cfg.scorer).eval()
     x = torch.randn(3, 2 * cfg.model.max_positions, 1)
@@ -330,6 +330,7 @@ def test_compiled_fused_inference_with_alibi_equals_plain():
         with flex.inference_path("plain"):
             plain = m(x)
     assert not flex._failed
+    assert fused_calls == [True] * len(m.blocks) + [False] * len(m.blocks)  # fused, then plain
     torch.testing.assert_close(fused, plain, atol=1e-5, rtol=1e-5)
 
 

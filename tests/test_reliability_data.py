@@ -10,8 +10,6 @@ import json
 import logging
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from ssa_repro.data import childes, corpus
 from ssa_repro.data.paths import CorpusError
 from ssa_repro.tasks import build_task
 from ssa_repro.training.validate import problems
-from tests.conftest import HAVE_SHARED_DATA, ROOT, SHARED_DATA, TINY, make_cfg
+from tests.conftest import HAVE_SHARED_DATA, SHARED_DATA, TINY, make_cfg, run_script
 
 DOC = "the cat sat on the mat and looked at the dog . a dog ran in the park with a red ball ."
 
@@ -299,14 +297,7 @@ def test_train_py_with_an_empty_mlm_corpus_stops_before_the_run_folder(tmp_path)
     root = mlm_root(tmp_path, b"")
     run = tmp_path / "run"
     tiny = [a for a in TINY if not a.startswith(("model.max_positions", "curriculum", "evaluation.lengths"))]
-    proc = subprocess.run(
-        [sys.executable, "train.py", *tiny, *mlm_overrides(root), f"hydra.run.dir={run}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "WANDB_MODE": "disabled"},
-    )
+    proc = run_script("train.py", *tiny, *mlm_overrides(root), f"hydra.run.dir={run}")
     assert proc.returncode == 1
     assert "gives nothing to train on: it holds no utterance" in proc.stderr
     assert "Traceback" not in proc.stderr and "ZeroDivisionError" not in proc.stderr

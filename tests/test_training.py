@@ -24,7 +24,7 @@ from ssa_repro.training.checkpointer import TrainingDiverged
 from ssa_repro.training.metrics_log import read_metrics
 from ssa_repro.training.trainer import train
 from ssa_repro.training.validate import ConfigError
-from tests.conftest import CONF, ROOT, TINY, make_cfg
+from tests.conftest import CONF, ROOT, TINY, make_cfg, run_script
 
 COMBOS = [
     (t, m, s)
@@ -322,11 +322,9 @@ def test_wandb_offline_one_run_per_job(tmp_path, monkeypatch):
 def test_mismatched_rerun_into_existing_folder_touches_nothing(tmp_path):
     run = tmp_path / "run"
     base = [a for a in TINY if not a.startswith("logger")] + ["logger.mode=disabled", f"hydra.run.dir={run}"]
-    subprocess.run([sys.executable, "train.py", *base], cwd=ROOT, check=True, capture_output=True)
+    assert run_script("train.py", *base).returncode == 0
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    proc = subprocess.run(
-        [sys.executable, "train.py", *base, "model.n_embd=32"], cwd=ROOT, capture_output=True, text=True
-    )
+    proc = run_script("train.py", *base, "model.n_embd=32")
     assert proc.returncode != 0 and "cannot resume" in proc.stderr + proc.stdout
     after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     assert after == before  # not even Hydra's .hydra/ record was rewritten

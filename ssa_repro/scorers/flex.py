@@ -26,12 +26,14 @@ Two uses:
 
 Compilation (inference). ``flex_attention`` is compiled once with ``dynamic=True``: batch size and
 sequence length are symbols, so the many prompt lengths and chunk sizes of an evaluation share a graph.
-The compiler still specialises sizes of 1 (a one-block mask, a batch of one), so a causal scorer costs
-two graphs — T <= block and T > block — and a bidirectional one a single graph; batches of one and
-single tokens (little work, a graph each) take the plain path. Each graph is a compile of a few seconds
+The compiler still specialises sizes of 1 (a one-block mask, a batch of one), and the first call of a
+fresh process compiles a graph specialised to its sizes (measured on CPU, torch 2.13): a causal scorer
+costs three graphs there — the first call's, then a dynamic one for T <= block and one for T > block — and
+two once the function has been compiled before; batches of one and single tokens (little work, a graph
+each) take the plain path. Each graph is a compile of a few seconds
 (more on a cold inductor cache), logged as "compiling FlexAttention for ... took N s". The captured
 score_mod tensors (SSA's b and n per head) are graph inputs, not constants, so new model or scorer
-instances reuse the graphs (tests/test_fast_paths.py checks the graph count); inputs made under
+instances reuse the graphs (tests/test_cuda.py checks the graph count); inputs made under
 ``inference_mode`` and under ``no_grad`` differ in dispatch keys, so a process using both compiles both.
 If compiling or running the kernel fails (no C++ compiler, an unsupported platform, dynamo's recompile
 limit), that scorer runs the plain path for the rest of the process, after one warning.
@@ -68,8 +70,9 @@ PLAIN_FIRST = ("softmax", "gated")
 # On the CPU the compiled kernel is not used under ``auto``: with torch 2.13 on an AVX2 AMD EPYC
 # (2026-11-25) it returned wrong rows — differences up to 2.7 and NaN against SDPA for some batch sizes
 # and lengths that are not a multiple of the block (e.g. T = 40 with blocks of 64 or 128), with static
-# and dynamic shapes alike, and not the same cases from run to run (tests/test_fast_paths.py
-# test_cpu_kernel_probe shows it where it happens). Evaluations on CPU therefore take the plain path;
+# and dynamic shapes alike, and not the same cases from run to run (reproduced in a review on
+# 2026-11-27: 24 of 1,280 elements wrong, up to 0.67; to look on a machine, compare a model's outputs under
+# inference_path("fused") and inference_path("plain")). Evaluations on CPU therefore take the plain path;
 # ``inference_path("fused")`` still forces the kernel (benchmarks, tests), and CUDA keeps it.
 CPU_UNTRUSTED = True
 
