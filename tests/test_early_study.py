@@ -175,7 +175,7 @@ def test_a_seed_gives_every_scorer_the_same_initial_weights_and_batches(leg, dat
     (_, cfg0, base), others = built[0], built[1:]
     tr = cfg0.train
     stage = curriculum.stage(cfg0.curriculum, 0)
-    first = [base.task.train_batch(i, tr.batch_size, stage, base.gen, base.device) for i in range(3)]
+    first = [trainer.draw_batch(base.task, i, tr.batch_size, stage, base.gen, base.device) for i in range(3)]
     weights = {k: v for k, v in base.model.state_dict().items() if ".scorer." not in k}
     assert len(weights) > 10
     for scorer, _, other in others:
@@ -184,7 +184,7 @@ def test_a_seed_gives_every_scorer_the_same_initial_weights_and_batches(leg, dat
             assert torch.equal(v, theirs[k]), (scorer, k)
         assert any(".scorer." in k for k in theirs), scorer  # SSA's b (and n) are the only extra
         for i, batch in enumerate(first):
-            again = other.task.train_batch(i, tr.batch_size, stage, other.gen, other.device)
+            again = trainer.draw_batch(other.task, i, tr.batch_size, stage, other.gen, other.device)
             for name in ("tokens", "targets"):
                 if hasattr(batch, name):
                     assert torch.equal(getattr(batch, name), getattr(again, name)), (scorer, i, name)

@@ -25,10 +25,12 @@ class TrainingDiverged(RuntimeError):
 
 
 class LossWindow:
-    """The losses since the last log row, on the device: [log_interval] with ``filled`` entries."""
+    """The losses since the last log row, on the device: [log_interval] with ``filled`` entries.
+    ``values``: a given [log_interval] tensor to fill instead (a seed ensemble's row of its [K,
+    log_interval] window, filled for every seed by one write: ``training/ensemble.py``)."""
 
-    def __init__(self, size: int, device):
-        self.values = torch.zeros(size, device=device)
+    def __init__(self, size: int, device, values: torch.Tensor | None = None):
+        self.values = torch.zeros(size, device=device) if values is None else values
         self.filled = 0
 
     def add(self, loss: torch.Tensor) -> None:
@@ -86,7 +88,15 @@ class Checkpointer:
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         ranks = state["rng"].get("data_ranks")
-        self.gen.set_state(ranks[self.dd.rank] if ranks else state["rng"]["data"])
+        data = ranks[self.dd.rank] if ranks else state["rng"]["data"]
+        try:
+            self.gen.set_state(data)
+        except RuntimeError as e:  # a CUDA generator's state: prompts were drawn on the GPU before
+            raise checkpoint.CheckpointError(
+                f"{self.path}: its prompt generator state ({data.numel()} bytes) is not a CPU generator's: "
+                "it was written before training prompts were drawn on the CPU for every device, so its "
+                "prompt stream cannot be continued; start a new run in another hydra.run.dir"
+            ) from e
         torch.set_rng_state(state["rng"]["torch"])
         if self.device.type == "cuda" and state["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
@@ -98,8 +108,10 @@ class Checkpointer:
         """Whether ``step``'s checkpoint is one to keep (``train.keep_every``, ``train.keep_at``)."""
         return bool(self.keep_every and step % self.keep_every == 0) or step in self.keep_at
 
-    def save(self, step: int, window: LossWindow) -> None:
-        """Check finiteness, gather every rank's prompt stream (a collective), write (rank 0)."""
+    def save(self, step: int, window: LossWindow, rng: dict | None = None) -> None:
+        """Check finiteness, gather every rank's prompt stream (a collective), write (rank 0).
+        ``rng``: the global generators' states to store (``torch``, ``cuda``) instead of this process's
+        (a seed ensemble stores each seed's own: the states its separate run would hold)."""
         window.check(step, self.describe_last_good())
         if not all(torch.isfinite(p).all() for p in self.model.parameters()):
             raise TrainingDiverged(
@@ -121,6 +133,7 @@ class Checkpointer:
                 "data_ranks": gen_states if self.dd.enabled else None,
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+                **(rng or {}),
             },
             "config": self.config,
             **({"run_id": self.run_id} if self.run_id else {}),

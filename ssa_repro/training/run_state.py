@@ -45,7 +45,7 @@ class RunState:
 def _checkpoint_problems(cfg: DictConfig, state: dict) -> list[str]:
     bad = config_mismatches(state["config"], plain(cfg))
     here, there = resolve_device(cfg.device).type, state.get("device_type", "cpu")
-    if here != there:  # the prompt generator's state is specific to the device type
+    if here != there:  # kernels differ by device type (and older checkpoints hold a CUDA prompt generator)
         bad.append(
             f"device: checkpoint was written on {there}, this run would be on {here} (set device={there})"
         )

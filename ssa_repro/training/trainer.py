@@ -16,7 +16,10 @@ and returns its summary; it is a plain function, so tests and notebooks call it 
 The evaluation at the end of a job is not the trainer's: ``ssa_repro/cli/train_app.py`` runs it on
 the saved run, stored like ``python evaluate.py``'s. Resuming, skipping finished runs and refusing
 incompatible folders: ``run_state.py``; the state on disk: ``checkpointer.py``; SIGINT, SIGTERM and
-SIGUSR2 save a checkpoint after the step in flight (``distributed.PreemptionGuard``). Under torchrun
+SIGUSR2 save a checkpoint after the step in flight (``distributed.PreemptionGuard``). A seed is the
+same experiment on every device: its weights are initialised on the CPU and its training prompts drawn
+from a CPU generator, then moved (``init_model``, ``prompt_generator``, ``draw_batch``; the seed
+ensembles of ``ensemble.py`` reuse them). Under torchrun
 (``WORLD_SIZE`` > 1) the model trains data-parallel, rank r drawing prompts from
 ``data_seed(seed) + r``, and only rank 0 writes (``distributed.py``).
 """
@@ -52,6 +55,7 @@ log = logging.getLogger("ssa_repro.train")
 # default size): SSA's compile costs about 13 s and saves 77 ms a step, so it pays after 164 steps (about
 # 330 with the recompile at the curriculum's second length); the threshold keeps a 3x margin.
 COMPILE_AUTO_MIN_STEPS = 1000
+DRAW_DEVICE = torch.device("cpu")  # where training prompts are drawn, whatever the model's device
 
 
 def should_compile(setting, steps: int, scorer: str) -> bool:
@@ -66,13 +70,25 @@ def run_name(cfg) -> str:
     return f"{cfg.task.name}-{cfg.scorer.label}-{cfg.model.name}-s{cfg.seed}"
 
 
-def _start_files(cfg, run_dir: Path, state: dict | None, device, world: int) -> logging.Handler | None:
-    """Rank 0, once per start: the folder, its log file, config.yaml and a provenance record."""
+def start_files(
+    cfg,
+    run_dir: Path,
+    state: dict | None,
+    device,
+    world: int,
+    logger: logging.Logger | None = None,
+    extra=None,
+) -> logging.Handler | None:
+    """Rank 0, once per start: the folder, its log file, config.yaml and a provenance record (with
+    ``extra``'s keys). The log file takes the root logger's records, or only ``logger``'s when given (a
+    seed ensemble: one log file per seed in one process)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     removed = atomic.clean_leftovers(run_dir)
-    handler = _add_file_log(run_dir)
+    handler = _add_file_log(run_dir, logger)
     if removed:
-        log.info("removed %d temporary files of killed writes: %s", len(removed), [p.name for p in removed])
+        (logger or log).info(
+            "removed %d temporary files of killed writes: %s", len(removed), [p.name for p in removed]
+        )
     run = RunDir(run_dir)
     atomic.write_text(run.config_file, atomic_yaml(cfg))
     prov_path = run.provenance_file
@@ -82,6 +98,7 @@ def _start_files(cfg, run_dir: Path, state: dict | None, device, world: int) -> 
             **provenance.collect(device),
             "resumed_from_step": state["step"] if state else None,
             "processes": world,
+            **(extra or {}),
         }
     )
     atomic.write_json(prov_path, records)
@@ -92,15 +109,17 @@ def atomic_yaml(cfg) -> str:
     return OmegaConf.to_yaml(plain(cfg))
 
 
-def _add_file_log(run_dir: Path) -> logging.Handler | None:
-    """Log to run_dir/train.log unless Hydra's job logging already does."""
+def _add_file_log(run_dir: Path, logger: logging.Logger | None = None) -> logging.Handler | None:
+    """Log to run_dir/train.log unless Hydra's job logging already does (the root logger's records, or
+    ``logger``'s alone, named as the trainer's own lines are)."""
     path = RunDir(run_dir).log_file.resolve()
     root = logging.getLogger()
     if any(getattr(h, "baseFilename", None) == str(path) for h in root.handlers):
         return None
     handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
-    root.addHandler(handler)
+    name = "%(name)s" if logger is None else log.name
+    handler.setFormatter(logging.Formatter(f"[%(asctime)s][{name}][%(levelname)s] - %(message)s"))
+    (logger or root).addHandler(handler)
     if root.level > logging.INFO or root.level == logging.NOTSET:
         root.setLevel(logging.INFO)
     return handler
@@ -131,6 +150,30 @@ class Setup:
     train: DictConfig  # cfg.train
 
 
+def init_model(cfg: DictConfig, device) -> tuple[object, torch.nn.Module]:
+    """The task and the model with seed ``cfg.seed``'s initial weights: the global generator seeded
+    with ``cfg.seed``, then the task and the model built on the CPU and moved to ``device``, so the
+    weights of a seed are the same on every device."""
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg.task)
+    return task, build_model(cfg.model, cfg.scorer).to(device)
+
+
+def prompt_generator(seed: int, rank: int = 0) -> torch.Generator:
+    """Rank ``rank``'s training-prompt generator, a CPU one on every device (a CUDA generator draws
+    another stream from the same seed): ``draw_batch`` draws on the CPU and moves the batch."""
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(rank_data_seed(seed, rank))
+    return gen
+
+
+def draw_batch(task, index: int, batch_size: int, stage: Stage, gen: torch.Generator, device) -> object:
+    """The ``index``-th training micro-batch drawn from the CPU generator ``gen`` on the CPU, then
+    moved to ``device``: the same prompts for a seed on CPU and CUDA."""
+    batch = task.train_batch(index, batch_size, stage, gen, DRAW_DEVICE)
+    return batch if torch.device(device).type == "cpu" else batch.to(device)
+
+
 def train_step(s: Setup, step: int, stage: Stage) -> torch.Tensor:
     """One optimizer step over ``train.grad_accum`` micro-batches at the curriculum's ``stage``; the
     global batch's mean loss."""
@@ -138,7 +181,7 @@ def train_step(s: Setup, step: int, stage: Stage) -> torch.Tensor:
     loss = torch.zeros((), device=s.device)
     for micro in range(tr.grad_accum):
         index = micro_batch_index(step, micro, tr.grad_accum, dd.world, dd.rank)
-        batch = s.task.train_batch(index, tr.batch_size, stage, s.gen, s.device)
+        batch = draw_batch(s.task, index, tr.batch_size, stage, s.gen, s.device)
         # gradients are averaged over ranks once, at the last micro-batch
         sync = s.ddp.no_sync() if dd.enabled and micro < tr.grad_accum - 1 else contextlib.nullcontext()
         with sync:
@@ -160,12 +203,9 @@ def build(cfg: DictConfig, run_dir: Path) -> Setup:
     dd = distributed.setup(device.type)
     if dd.enabled and device.type == "cuda":
         device = torch.device("cuda", dd.local_rank)
-    torch.manual_seed(cfg.seed)
-    task = build_task(cfg.task)
-    model = build_model(cfg.model, cfg.scorer).to(device)
+    task, model = init_model(cfg, device)
     opt = build_optimizer(model, tr)
-    gen = torch.Generator(device=device)
-    gen.manual_seed(rank_data_seed(cfg.seed, dd.rank))
+    gen = prompt_generator(cfg.seed, dd.rank)
     window = LossWindow(tr.log_interval, device)
     ckpt = Checkpointer(RunDir(run_dir), model, opt, gen, device, dd, plain(cfg), tr.keep_every, tr.keep_at)
     ddp = forward = model
@@ -181,18 +221,39 @@ def build(cfg: DictConfig, run_dir: Path) -> Setup:
     return Setup(device, dd, task, model, forward, ddp, opt, gen, window, ckpt, autocast, compiled, tr)
 
 
-def log_row(s: Setup, cfg, step: int, n: int, seconds: float, steps: int, t0: float) -> dict:
-    """The metrics row of a log interval (``steps`` steps in ``seconds``)."""
-    tr, rate = cfg.train, steps / max(seconds, 1e-9)
+def log_row(
+    tr, step: int, loss: float, n: int, lr: float, seconds: float, steps: int, t0: float, world: int = 1
+) -> dict:
+    """The metrics row of a log interval (mean ``loss``; ``steps`` steps in ``seconds``)."""
+    rate = steps / max(seconds, 1e-9)
     return {
         "step": step,
-        "loss": s.window.mean(),
+        "loss": loss,
         "n_points": n,
-        "lr": s.opt.param_groups[0]["lr"],
+        "lr": lr,
         "steps_per_sec": rate,
-        "examples_per_sec": rate * tr.batch_size * tr.grad_accum * s.dd.world,
+        "examples_per_sec": rate * tr.batch_size * tr.grad_accum * world,
         "elapsed_s": time.perf_counter() - t0,
     }
+
+
+def log_progress(logger: logging.Logger, tr, step: int, row: dict) -> None:
+    """The train.log line of a metrics row."""
+    logger.info(
+        "step %d/%d (%.0f%%) | loss %.4g | n_points %d | %.1f steps/s | ETA %s",
+        step,
+        tr.steps,
+        100 * step / tr.steps,
+        row["loss"],
+        row["n_points"],
+        row["steps_per_sec"],
+        _fmt_time((tr.steps - step) / max(row["steps_per_sec"], 1e-9)),
+    )
+
+
+def metrics_row(row: dict, stats: dict) -> dict:
+    """The metrics.jsonl row: ``row`` and the scorer's statistics ({"b": [L, H], ...}) as lists."""
+    return {**row, "scorer": {k: v.cpu().tolist() for k, v in stats.items()}} if stats else row
 
 
 def train(
@@ -218,7 +279,7 @@ def train(
     if main and prepared.discard:  # train.discard_old_results=true on a folder without a checkpoint
         log.warning("old results in %s moved to %s", run_dir, RunDir(run_dir).discard_results())
     s = build(cfg, run_dir)
-    handler = _start_files(cfg, run_dir, state, s.device, s.dd.world) if main else None
+    handler = start_files(cfg, run_dir, state, s.device, s.dd.world) if main else None
     if main:  # the model's identity: the checkpoint's, the folder's, or new (kept in every checkpoint)
         s.ckpt.run_id = RunDir(run_dir).adopt_identity(state.get("run_id") if state else None)
     step = s.ckpt.restore(state, s.window) if state else 0
@@ -254,25 +315,24 @@ def train(
             done = step == tr.steps
             if step % tr.log_interval == 0 or done:  # rows at the same steps after a resume
                 s.window.check(step, s.ckpt.describe_last_good())
+                seconds = time.perf_counter() - t_window
+                lr = s.opt.param_groups[0]["lr"]
                 row = log_row(
-                    s, cfg, step, stage.n_points, time.perf_counter() - t_window, step - steps_at_window, t0
+                    tr,
+                    step,
+                    s.window.mean(),
+                    stage.n_points,
+                    lr,
+                    seconds,
+                    step - steps_at_window,
+                    t0,
+                    s.dd.world,
                 )
                 stats = s.model.scorer_stats()  # {"b": [L, H], "n": [L, H]}
                 if main:
-                    metrics.append(
-                        {**row, "scorer": {k: v.cpu().tolist() for k, v in stats.items()}} if stats else row
-                    )
+                    metrics.append(metrics_row(row, stats))
                     tracker.log_training(row, step, stats)
-                    log.info(
-                        "step %d/%d (%.0f%%) | loss %.4g | n_points %d | %.1f steps/s | ETA %s",
-                        step,
-                        tr.steps,
-                        100 * step / tr.steps,
-                        row["loss"],
-                        stage.n_points,
-                        row["steps_per_sec"],
-                        _fmt_time((tr.steps - step) / max(row["steps_per_sec"], 1e-9)),
-                    )
+                    log_progress(log, tr, step, row)
                 s.window.reset()
                 t_window, steps_at_window = time.perf_counter(), step
             saved = step % tr.ckpt_interval == 0 or done or s.ckpt.due(step)
@@ -287,7 +347,18 @@ def train(
                     log.warning("signal %d: checkpoint saved at step %d", guard.received or 0, step)
                 guard.hand_on()
         summary = (
-            _finish(cfg, run_dir, s, metrics, step, time.perf_counter() - t0, tracker)
+            finish(
+                cfg,
+                run_dir,
+                s.model,
+                s.device,
+                s.dd.world,
+                s.compiled,
+                metrics,
+                step,
+                time.perf_counter() - t0,
+                tracker,
+            )
             if main
             else {"steps": step}
         )
@@ -305,19 +376,32 @@ def train(
         s.dd.close()
 
 
-def _finish(cfg, run_dir: Path, s: Setup, metrics: MetricsLog, step: int, seconds: float, tracker) -> dict:
-    """summary.json and the W&B summary (rank 0)."""
+def finish(
+    cfg,
+    run_dir: Path,
+    model,
+    device,
+    world: int,
+    compiled: bool,
+    metrics: MetricsLog,
+    step: int,
+    seconds: float,
+    tracker,
+    extra: dict | None = None,
+) -> dict:
+    """summary.json (with ``extra``'s keys) and the W&B summary (rank 0)."""
     rows = metrics.rows()
-    n_params = count_parameters(s.model)
+    n_params = count_parameters(model)
     summary = {
         "name": run_name(cfg),
         "steps": step,
         "parameters": n_params,
-        "device": str(s.device),
-        "processes": s.dd.world,
-        "compiled": s.compiled,
+        "device": str(device),
+        "processes": world,
+        "compiled": compiled,
         "train_seconds_this_start": seconds,
         **({"final_loss": rows[-1]["loss"], "steps_per_sec": rows[-1]["steps_per_sec"]} if rows else {}),
+        **(extra or {}),
     }
     atomic.write_json(RunDir(run_dir).summary_file, summary)
     tracker.set_summary(
@@ -326,7 +410,7 @@ def _finish(cfg, run_dir: Path, s: Setup, metrics: MetricsLog, step: int, second
             parameters=n_params,
             steps_per_sec=summary.get("steps_per_sec"),
             wall_time_s=seconds,
-            scorer_stats=s.model.scorer_stats() or None,
+            scorer_stats=model.scorer_stats() or None,
         )
     )
     tracker.log_checkpoint(RunDir(run_dir).last_checkpoint, step)
