@@ -427,3 +427,25 @@ def test_check_refuses_grid_values_the_tasks_sampler_would_refuse():
     assert found.startswith("eval.lengths=[4, 16] draws prompts of up to 16 pairs, more than task.n_keys=8")
     ff = make_cfg("task=flip_flop", "task.p_ignore=0.8")
     assert any(p.startswith("eval.sigmas=[0.1] has [0.1]") for p in runner.check(ff, grid(sigmas=[0.1])))
+
+
+def test_figures_off_builds_no_figure_and_a_later_call_draws_them(tmp_path, linear_run, monkeypatch):
+    """eval.figures=false: tables and summary only, and no figure is even built (rendering was most of a
+    small evaluation's time); the same protocol evaluated later with figures on draws them from the
+    stored cells."""
+    import shutil
+
+    from ssa_repro.core import plotting
+
+    run = tmp_path / "run"
+    shutil.copytree(linear_run, run)
+    built = []
+    real = plotting.heatmap
+    monkeypatch.setattr(plotting, "heatmap", lambda *a, **kw: built.append(1) or real(*a, **kw))
+    cfg = dict(sigmas=[1.0], lengths=[5], n_samples=1, batch_size=8)
+    off = evaluate(load_run(run, CPU), grid(**cfg, figures=False))
+    folder = run / "eval" / "grid" / off["protocol_id"]
+    assert off["figures"] == [] and built == [] and not list(folder.glob("*.png"))
+    on = evaluate(load_run(run, CPU), grid(**cfg))
+    assert on["protocol_id"] == off["protocol_id"] and built and on["figures"]
+    assert all((folder / f).is_file() for f in on["figures"])

@@ -32,6 +32,11 @@ def saving(enabled: bool = True):
         _SAVING.reset(token)
 
 
+def enabled() -> bool:
+    """Whether figures are written here (see :func:`saving`): callers skip building figures when not."""
+    return _SAVING.get()
+
+
 def save(fig, path: Path, formats=("png", "pdf"), dpi: int = 150) -> list[Path]:
     """Write ``fig`` as PNG (for people) and PDF (for papers) next to each other, each to a temporary
     name then renamed (a killed write never leaves a truncated figure); close it."""

@@ -253,7 +253,9 @@ def redraw(store: Store, ev: Evaluator, title: str, run_id: str | None = None) -
             if len(frame):
                 _write_if_changed(store.dir / f"{table}.csv", frame.to_csv(index=False).encode())
         figures = _drawn(store, title)
-        if figures is None:
+        if figures is None and not plotting.enabled():  # figures off: none is built (the rendering, not the
+            figures = []  # writing, was most of a small evaluation's time); a later call with them on draws
+        elif figures is None:
             drawn = ev.draw(latest, f"{title} · step {step}", store.dir) if step is not None else []
             figures = [p.name for p in drawn]
             write_json(store.dir / DRAWN, {"key": _drawing_key(store, title), "figures": figures})
