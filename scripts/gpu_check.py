@@ -1,7 +1,7 @@
 """GPU readiness in one command (`make gpu-check`): the CUDA tests, the speed table on CUDA, the SSA
 attention paths against softmax at T = 82, 256 and 1,024 (`bench.py --kernel`: the fused autograd node,
-FlexAttention, the Triton kernel), and a short paper-size training and evaluation, written to a dated
-report docs/results/gpu_check_<date>.md.
+FlexAttention, the Triton kernel), seed ensembles against one seed (`bench_ensemble.py`), and a short
+paper-size training and evaluation, written to a dated report docs/results/gpu_check_<date>.md.
 
     python scripts/gpu_check.py [--out docs/results] [--steps 1000] [--scorer ssa] [--eval quick]
 
@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     py = sys.executable
-    # test_fast_paths' kernel value checks (expected failures on CPU) and test_devices' GPU selection run
-    # for real where CUDA is present
+    # test_cuda.py: the compiled FlexAttention and Triton kernels' values on the GPU; test_fast_paths'
+    # checks of the same paths, and test_devices' GPU selection, run for real where CUDA is present
     cuda_tests = ["tests/test_cuda.py", "tests/test_fast_paths.py", "tests/test_devices.py"]
     steps = [
         run_step("CUDA tests", [py, "-m", "pytest", "-q", "-rfsxX", *cuda_tests]),
@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             [py, "scripts/bench.py", "--device", "cuda", "--kernel", "--sizes", "paper"],
             full_output=True,
         ),
+        # seed ensembles: K = 1, 8, 32, 128 seeds as one stacked model at 2L/32 and 4L/64 (issue 36)
+        run_step("seed ensembles", [py, "scripts/bench_ensemble.py", "--device", "cuda"], full_output=True),
     ]
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         run_dir = Path(tmp) / "run"
