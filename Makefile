@@ -11,10 +11,10 @@ help:  ## list targets
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,lm,garg,hf,kernels]'
+	$(PY) -m pip install --quiet -c constraints.txt $$($(PYTHON) scripts/torch_index.py) -e '.[dev,lm,garg,hf,kernels]'
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv: the package with dev tools and the lm, garg and hf extras (constraints.txt)
+install: $(STAMP)  ## create .venv: the package with dev tools and the lm, garg, hf and kernels extras (constraints.txt); torch's CPU build where no NVIDIA driver is found (scripts/torch_index.py)
 
 demo: $(STAMP)  ## train the default small model on CPU (a few minutes) and write its heat map
 	$(PY) train.py device=cpu

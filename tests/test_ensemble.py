@@ -7,11 +7,13 @@ its plain path, the same function)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -270,3 +272,56 @@ def test_the_command_line_multirun_trains_one_ensemble(tmp_path):
         trainer.train(make_cfg(f"seed={s}", "evaluation.enabled=false"), separate)
         a, b = read_metrics(run.metrics_file), read_metrics(RunDir(separate).metrics_file)
         assert [r["loss"] for r in a] == pytest.approx([r["loss"] for r in b], rel=1e-5)
+
+
+STUDY = """
+name: ens
+seeds: [0, 1, 2]
+base: [debug=tiny, train.steps=4, train.log_interval=1, evaluation.enabled=false]
+tasks:
+  lin: [task=linear]
+archs:
+  small: [model=gpt2]
+groups:
+  core: {tasks: [lin], scorers: [softmax, ssa], archs: [small], train_sigma: [1]}
+evaluations:
+  grid_linear: {name: grid, sigmas: [1], lengths: [5], n_samples: 1, figures: false}
+"""
+
+
+@pytest.mark.slow  # two small studies of 6 jobs each
+def test_a_study_trains_its_seeds_as_ensembles_and_reports_them_like_separate_runs(tmp_path):
+    """`scripts/study.py --ensembles on` (auto: on CUDA): each arm's seeds train as one ensemble before
+    the job loop, which then evaluates them; every job's loss curve and evaluation equal those of the
+    same study run one process per job."""
+    from ssa_repro.cli import study
+    from ssa_repro.training.metrics_log import read_metrics
+
+    (tmp_path / "ens.yaml").write_text(STUDY)
+    path = str(tmp_path / "ens.yaml")
+    roots = {mode: study.run(path, tmp_path / mode, n_jobs=1, ensembles=mode) for mode in ("on", "off")}
+    index = {mode: pd.read_csv(root / "index.csv") for mode, root in roots.items()}
+    assert len(index["on"]) == len(index["off"]) == 6  # 2 scorers x 3 seeds, one evaluation each
+    for job in index["off"].job:
+        on, off = (roots[m] / "runs" / "core" / job for m in ("on", "off"))
+        assert json.loads((on / "summary.json").read_text())["ensemble"] == 3
+        assert "ensemble" not in json.loads((off / "summary.json").read_text())
+        a, b = read_metrics(on / "metrics.jsonl"), read_metrics(off / "metrics.jsonl")
+        assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3, 4]
+        for ra, rb in zip(a, b):
+            assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-5), job
+    cells = {m: _grid_values(roots[m]) for m in roots}
+    assert cells["on"].keys() == cells["off"].keys() and len(cells["on"]) == 6
+    for key, value in cells["off"].items():
+        assert cells["on"][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+def _grid_values(root) -> dict:
+    """(job, metric, predictor) -> the stored grid value of each job of a study folder."""
+    out = {}
+    for part in root.glob("runs/core/*/eval/grid/*/parts/results-*.csv"):
+        job = part.parents[4].name
+        frame = pd.read_csv(part)
+        for row in frame[frame.predictor == "model"].itertuples():
+            out[(job, row.metric, row.predictor)] = row.value
+    return out
