@@ -23,6 +23,7 @@ PACKAGE = ROOT / "ssa_repro"
 LAYERS = {
     "core": 0,
     "scorers": 1,
+    "kernels": 1,  # fused attention kernels (Triton, the kernels extra): what scorers and models call
     "data": 1,
     "models": 2,
     "tasks": 3,

@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from filelock import FileLock, Timeout
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from ssa_repro.core.enums import value_of
+from ssa_repro.core.locks import FileLock, LockTimeout
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 GPU_VAR = "SSA_JOB_GPU"
@@ -108,10 +108,10 @@ def claim(p: Placement, visible: list[str], folder: Path) -> tuple[Placement, Fi
     folder.mkdir(parents=True, exist_ok=True)
     for k in range(len(visible)):
         i = (p.cuda_index + k) % len(visible)
-        lock = FileLock(str(folder / f"gpu{visible[i]}.lock"))
+        lock = FileLock(folder / f"gpu{visible[i]}.lock", timeout=0)
         try:
-            lock.acquire(timeout=0)
-        except Timeout:
+            lock.acquire()
+        except LockTimeout:
             continue
         return replace(p, gpu=visible[i], cuda_index=i), lock
     return p, None  # more jobs at once than GPUs: share the round-robin one

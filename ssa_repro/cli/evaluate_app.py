@@ -81,7 +81,12 @@ def _fail(found: list[str], run_dir) -> SystemExit:
 
 def _lock(cfg: DictConfig) -> RunLock:
     """A shared hold on the run folder: evaluations may run side by side, never beside a training."""
-    return RunLock(Path(cfg.run_dir), f"evaluate:{cfg.eval.name}", shared=True).acquire()
+    return RunLock(
+        Path(cfg.run_dir),
+        f"evaluate:{cfg.eval.name}",
+        shared=True,
+        hint="evaluate it once the training has ended",
+    ).acquire()
 
 
 class CheckRunFirst(Callback):

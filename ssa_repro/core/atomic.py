@@ -25,10 +25,10 @@ Readers (:func:`read_json`, :func:`read_yaml`) raise :class:`ConfigFileError` na
 and what to do when it is empty, truncated or not parsable; a missing file stays ``FileNotFoundError``.
 
 Why no library: ``atomicwrites`` is archived (2022) and ``tempfile``'s random names drop the writer's pid
-that :func:`clean_leftovers` needs to tell a dead writer's file from a live one; ``filelock`` locks a
-separate ``.lock`` file of its own, whereas :func:`append_line` locks the descriptor it appends through
-(no extra file beside each log). What remains is the standard library (``os.replace``, ``fsync``,
-``flock``) plus the error wording, which no library gives.
+that :func:`clean_leftovers` needs to tell a dead writer's file from a live one. :func:`append_line`
+locks the descriptor it appends through (no extra file beside each log) with core/locks.py, the one
+module that locks files. What remains is the standard library (``os.replace``, ``fsync``) plus the
+error wording, which no library gives.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import errno
-import fcntl
 import json
 import os
 import re
@@ -44,6 +43,8 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from ssa_repro.core.locks import lock_fd
 
 DEFAULT_HINT = "hydra.run.dir=<another folder>"  # what to change, named in storage errors
 # what the running command can change instead, where that is not hydra.run.dir (storage_advice)
@@ -304,7 +305,7 @@ def append_line(path: str | os.PathLike, line: str, hint: str = DEFAULT_HINT, fs
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # appenders take turns: the check below sees whole lines
+        lock_fd(fd)  # appenders take turns: the check below sees whole lines
         st = os.fstat(fd)
         start = st.st_size
         if start and os.pread(fd, 1, start - 1) != b"\n":  # a torn last line: end it first

@@ -4,8 +4,8 @@ Tasks, models and scorers each have one. Adding a component is: write the class 
 scorers, its config dataclass) in one file, decorate it with ``@REGISTRY.register("name", schema=...)``,
 add ``conf/<group>/name.yaml``. The schema is stored in Hydra's ConfigStore as ``schema/<group>/<name>``
 by :func:`ssa_repro.config.register_configs`, and a run folder's saved config is read over it
-(:func:`schema_of`, used by :class:`ssa_repro.core.rundir.RunDir`). The one other step: import the
-module in its package's ``__init__.py`` (importing it registers it; docs/development.md lists the files).
+(:func:`schema_of`, used by :class:`ssa_repro.core.rundir.RunDir`). Nothing else: each package's
+``__init__.py`` imports every module of its folder (``pkgutil``), and importing a module registers it.
 """
 
 from __future__ import annotations

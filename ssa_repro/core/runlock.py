@@ -28,26 +28,20 @@ Guarantees and why:
 - Forked children share the parent's lock (same descriptor) until they exit; the per-process bookkeeping
   is not inherited (a child that asks for the lock goes to the kernel like any other process).
 
-Platforms: Linux and macOS have the same BSD ``flock`` semantics (on macOS process start times are not
-available, so a record is judged stale by its pid alone). NFS: Linux emulates ``flock`` with NFS byte-
-range locks, which work across clients only when the lock service runs and the mount does not say
-``local_lock=flock``/``local_lock=all``/``nolock``; otherwise the lock holds only between processes of
-one machine. Lustre needs the ``flock`` mount option. Where the file system refuses ``flock``
-altogether (``ENOLCK``, ``EOPNOTSUPP``, ...), the lock logs a warning and the work goes on unlocked
-(``RunLock.supported`` is False) rather than refusing to train.
+The ``flock`` calls are core/locks.py's (the one module that locks files; why not ``filelock``: there).
+Platforms: as core/locks.py says; on macOS process start times are not available, so a record is
+judged stale by its pid alone. Where the file system refuses ``flock`` altogether (``ENOLCK``,
+``EOPNOTSUPP``, ...), the lock logs a warning and the work goes on unlocked (``RunLock.supported`` is
+False) rather than refusing to train.
 
-Why not ``filelock`` (4.3.1 checked): its ``FileLock``/``UnixFileLock`` takes only ``LOCK_EX`` on a
-descriptor it opens itself, and its ``ReadWriteLock`` is SQLite-based and refuses a downgrade (write ->
-read) outright. A shared lock, and a downgrade without a gap, need ``flock(LOCK_SH)`` on the same open
-file description as the exclusive lock (two descriptions in one process refuse each other), so filelock
-cannot hold even the exclusive half; what is kept here is that plus the holder records.
+A refusal is one line: the folder, the lock refused, each holder (:func:`describe`, control characters
+of its command line escaped) and what to do (``hint``: ``use another folder (hydra.run.dir=...)``
+unless the caller says what its command can change).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -58,6 +52,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ssa_repro.core import locks
 from ssa_repro.core.atomic import StorageError, pid_alive, storage_message, write_json
 
 log = logging.getLogger("ssa_repro.runlock")
@@ -65,15 +60,17 @@ log = logging.getLogger("ssa_repro.runlock")
 LOCK_FILE = ".lock"
 RECORDS = ".lock.d"
 HIDDEN = (LOCK_FILE, RECORDS)  # names that are never run outputs
-_UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, getattr(errno, "ENOTSUP", -1)}
+HINT = "use another folder (hydra.run.dir=...)"  # what a refused writer can do, besides waiting
 
 
 class RunLocked(RuntimeError):
-    """The run folder is held by another writer; the message names the holders and what to do."""
+    """The run folder is held by another writer; the message (one line) names the holders and what to
+    do. ``holders``: their records; ``who``: them in words, one line."""
 
     def __init__(self, message: str, holders: list[dict]):
         super().__init__(message)
         self.holders = holders
+        self.who = describe_all(holders)
 
 
 def _process_start(pid: int) -> int | None:
@@ -137,8 +134,10 @@ def holders(run_dir: str | os.PathLike) -> list[dict]:
 
 
 def describe(record: dict) -> str:
-    """One holder in words: role, pid, host, start time, command line."""
+    """One holder in words, on one line: role, pid, host, start time, command line (newlines and other
+    control characters in it escaped, ``\\n``, so a ``python -c`` holder stays on one line)."""
     cmd = " ".join(record.get("argv") or [])
+    cmd = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cmd)
     if len(cmd) > 300:
         cmd = cmd[:297] + "..."
     roles = ", ".join(record.get("roles") or []) or "?"
@@ -148,12 +147,19 @@ def describe(record: dict) -> str:
     )
 
 
+def describe_all(records: list[dict]) -> str:
+    """Holders in words, on one line (``; `` between them)."""
+    return "; ".join(describe(r) for r in records) or (
+        "another process (no record of which: it may be on another machine, or still starting)"
+    )
+
+
 @dataclass
 class _Held:
     """This process's hold on one folder: one descriptor, the kernel lock mode, the RunLock objects."""
 
     fd: int
-    mode: int  # fcntl.LOCK_EX or fcntl.LOCK_SH
+    shared: bool  # the kernel lock's mode
     locks: list = field(default_factory=list)
     pid: int = field(default_factory=os.getpid)
     acquired: str | None = None
@@ -169,12 +175,16 @@ class RunLock:
     ``with RunLock(run_dir, "train"):`` or ``lock = RunLock(...).acquire()`` ... ``lock.release()``.
     Acquiring creates ``run_dir`` if needed (call it once the config is known to be good, before the
     first output is written). Raises :class:`RunLocked` at once when another process holds the folder
-    in a conflicting mode."""
+    in a conflicting mode; its message ends with ``hint``, what the refused command can do besides
+    waiting or stopping the holder."""
 
-    def __init__(self, run_dir: str | os.PathLike, role: str = "train", shared: bool = False):
+    def __init__(
+        self, run_dir: str | os.PathLike, role: str = "train", shared: bool = False, hint: str = HINT
+    ):
         self.run_dir = Path(run_dir)
         self.role = role
         self.shared = shared
+        self.hint = hint
         self.held = False
         self.supported = True
 
@@ -201,7 +211,6 @@ class RunLock:
     def acquire(self) -> RunLock:
         if self.held:
             return self
-        want = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         with _GUARD:
             key = self._key()
             held = _HELD.get(key)
@@ -209,7 +218,7 @@ class RunLock:
                 _HELD.pop(key)
                 held = None
             if held is not None:
-                if want == fcntl.LOCK_EX and held.mode == fcntl.LOCK_SH:
+                if not self.shared and held.shared:
                     raise RunLocked(
                         f"{self.run_dir}: this process holds a shared lock ({self._roles(held)}) and asks "
                         f"for an exclusive one ({self.role}); release the shared lock first (flock cannot "
@@ -222,12 +231,10 @@ class RunLock:
                 return self
             fd = self._open()
             try:
-                fcntl.flock(fd, want | fcntl.LOCK_NB)
+                granted = locks.lock_fd(fd, shared=self.shared, wait=False)
             except OSError as e:
                 os.close(fd)
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise self._refusal() from None
-                if e.errno in _UNSUPPORTED:
+                if locks.unsupported(e):
                     log.warning(
                         "%s: the file system does not support flock (%s); going on without a run lock, "
                         "so nothing stops two writers in this folder",
@@ -238,9 +245,12 @@ class RunLock:
                     self.held = True
                     return self
                 raise
-            held = _HELD[key] = _Held(fd, want, [self])
+            if not granted:
+                os.close(fd)
+                raise self._refusal()
+            held = _HELD[key] = _Held(fd, self.shared, [self])
             self.held = True
-            self._clean_records(exclusive=want == fcntl.LOCK_EX)
+            self._clean_records(exclusive=not self.shared)
             self._write_record(held)
             return self
 
@@ -262,9 +272,9 @@ class RunLock:
                 self._record_path().unlink(missing_ok=True)
                 os.close(held.fd)  # drops the flock
                 return
-            if held.mode == fcntl.LOCK_EX and all(lock.shared for lock in held.locks):
-                fcntl.flock(held.fd, fcntl.LOCK_SH)  # never refused: nobody else holds it now
-                held.mode = fcntl.LOCK_SH
+            if not held.shared and all(lock.shared for lock in held.locks):
+                locks.lock_fd(held.fd, shared=True)  # never waits: nobody else holds it now
+                held.shared = True
             self._write_record(held)
 
     def downgrade(self, role: str | None = None) -> None:
@@ -280,9 +290,9 @@ class RunLock:
             return
         with _GUARD:
             held = _HELD[self._key()]
-            if held.mode == fcntl.LOCK_EX and all(lock.shared for lock in held.locks):
-                fcntl.flock(held.fd, fcntl.LOCK_SH)  # atomic on Linux (see the module docstring)
-                held.mode = fcntl.LOCK_SH
+            if not held.shared and all(lock.shared for lock in held.locks):
+                locks.lock_fd(held.fd, shared=True)  # in place, no gap (core/locks.py)
+                held.shared = True
             self._write_record(held)
 
     def __enter__(self) -> RunLock:
@@ -306,7 +316,7 @@ class RunLock:
             "argv": _command_line(),
             "process_start": _process_start(os.getpid()),
             "acquired": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "mode": "exclusive" if held.mode == fcntl.LOCK_EX else "shared",
+            "mode": "shared" if held.shared else "exclusive",
             "roles": list(dict.fromkeys(lock.role for lock in held.locks)),
         }
         if held.acquired is None:
@@ -342,17 +352,24 @@ class RunLock:
             if found:
                 break
             time.sleep(0.01)
-        who = "\n  - ".join(describe(r) for r in found) or (
-            "another process (no record of which: it may be on another machine, or still starting)"
-        )
         mine = "an exclusive (training)" if not self.shared else "a shared (evaluation)"
         pids = " ".join(str(r["pid"]) for r in found if r.get("host") == socket.gethostname())
-        stop = f"stop it (kill {pids}), " if pids else ""
+        stop = f"stop it (kill {pids}), " if pids else "stop it, "
         return RunLocked(
-            f"{self.run_dir} is in use; {mine} lock for {self.role!r} was refused. Held by:\n  - {who}\n"
-            f"Wait for it to finish, {stop}or use another folder (hydra.run.dir=...).",
+            f"{self.run_dir} is in use: {mine} lock for {self.role!r} was refused; held by "
+            f"{describe_all(found)}. Wait for it to finish, {stop}or {self.hint}.",
             found,
         )
 
 
-__all__ = ["RunLock", "RunLocked", "holders", "describe", "HIDDEN", "LOCK_FILE", "RECORDS"]
+__all__ = [
+    "RunLock",
+    "RunLocked",
+    "holders",
+    "describe",
+    "describe_all",
+    "HINT",
+    "HIDDEN",
+    "LOCK_FILE",
+    "RECORDS",
+]

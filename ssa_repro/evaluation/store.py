@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import hashlib
 import itertools
 import json
@@ -45,6 +44,7 @@ from pathlib import Path
 import pandas as pd
 
 from ssa_repro.core.atomic import atomic_path, write_json
+from ssa_repro.core.locks import FileLock
 from ssa_repro.core.rundir import RunDir
 from ssa_repro.evaluation.stored_files import DamagedFile, read_part, read_protocol, set_aside, warn_once
 
@@ -142,12 +142,8 @@ class Store:
     def locked(self):
         """An exclusive lock on the protocol folder (blocking): for redrawing the derived files."""
         self.ensure()
-        with open(self.dir / ".lock", "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with FileLock(self.dir / ".lock"):
+            yield
 
     def repair(self) -> list[Path]:
         """Check the protocol folder before an evaluation (under its lock): ``protocol.json`` as in

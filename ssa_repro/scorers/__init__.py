@@ -1,28 +1,15 @@
-"""Attention scoring functions, chosen by name (``scorer=softmax|ssa|temperature|sparsemax|...``; see README)."""
+"""Attention scoring functions, chosen by name (``scorer=softmax|ssa|temperature|sparsemax|...``; see README).
 
+Every public module of this package is imported below, and a scorer's module registers it in
+``SCORERS`` when imported (modules that register nothing, such as base.py and flex.py, are imported
+too): a new scorer needs no line here. An optional dependency is imported inside the function that
+uses it, never at a module's top.
+"""
+
+import importlib
 import inspect
+import pkgutil
 
-from ssa_repro.scorers import (  # noqa: F401  (fill the registry)
-    asentmax,
-    cog,
-    cosformer,
-    diff,
-    gated,
-    hybrid,
-    logn,
-    relu_len,
-    sa_softmax,
-    sigmoid,
-    softmax,
-    softmax_sink,
-    softpick,
-    softplus,
-    sparse,
-    ssa,
-    ssmax,
-    stickbreaking,
-    temperature,
-)
 from ssa_repro.scorers.base import Scorer
 from ssa_repro.scorers.registry import SCORERS
 
@@ -46,5 +33,9 @@ def build_scorer(cfg, n_head: int, layer: int = 0, n_embd: int | None = None) ->
     scorer.layer = layer
     return scorer
 
+
+for _module in pkgutil.iter_modules(__path__):  # fill the registry (sorted by name)
+    if not _module.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["SCORERS", "Scorer", "build_scorer"]

@@ -1,0 +1,160 @@
+"""Components that find themselves: the scorer, task and evaluator registries are filled by importing
+every module of their package (no hand-kept import list), no optional dependency is imported at a
+module's top, and the names the docs list agree with the registries and ``conf/`` in both directions."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from ssa_repro.evaluation import EVALUATORS
+from ssa_repro.scorers import SCORERS
+from ssa_repro.tasks import TASKS
+from tests.conftest import ROOT
+from tests.test_layers import PACKAGE, imports
+
+GROUPS = {"scorer": SCORERS, "task": TASKS, "eval": EVALUATORS}  # conf group -> registry
+PACKAGES = {"scorer": "scorers", "task": "tasks", "eval": "evaluation"}
+DOCS = ROOT / "docs"
+
+
+def options(group: str) -> dict[str, str]:
+    """``conf/<group>/*.yaml`` option -> the registered name whose schema it extends
+    (``defaults: [/schema/<group>/<name>@...]``)."""
+    out = {}
+    for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
+        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+        schemas = [m.group(1) for d in defaults if (m := re.fullmatch(rf"/schema/{group}/(\w+)@\w+", str(d)))]
+        assert len(schemas) == 1, f"{path}: expected one /schema/{group}/<name> default, found {schemas}"
+        out[path.stem] = schemas[0]
+    return out
+
+
+def ticked(text: str) -> list[str]:
+    return re.findall(r"`([\w.]+)`", text)
+
+
+def cell(path, row_start: str, column: int) -> str:
+    """Column ``column`` of the table row of ``path`` that starts with ``row_start``."""
+    rows = [line for line in path.read_text().splitlines() if line.startswith(row_start)]
+    assert len(rows) == 1, f"{path}: {len(rows)} rows start with {row_start!r}"
+    return rows[0].split(" | ")[column]
+
+
+def table(path, header: str) -> list[list[str]]:
+    """The rows (cells) of the table of ``path`` whose header line starts with ``header``."""
+    lines = path.read_text().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(header)]
+    assert len(starts) == 1, f"{path}: {len(starts)} tables with header {header!r}"
+    rows = []
+    for line in lines[starts[0] + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split(" | ")])
+    return rows
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_every_registered_name_has_an_option_and_every_option_a_registered_name(group):
+    registry = GROUPS[group]
+    # (the package's own components: tests/test_toy_*.py register theirs in the same process)
+    registered = {
+        n for n in registry.names() if not registry.get(n).__module__.startswith(("tests", "test_"))
+    }
+    extended = set(options(group).values())
+    assert registered - extended == set(), f"registered without a conf/{group}/*.yaml option"
+    assert extended - registered == set(), f"conf/{group}/*.yaml extends a schema nobody registers"
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_every_component_module_is_imported_by_its_package(group):
+    """The registry holds what each component module registers: the scan imported every one of them."""
+    package = PACKAGE / PACKAGES[group]
+    registry = {"scorer": "SCORERS", "task": "TASKS", "eval": "EVALUATORS"}[group]
+    registering = {p.stem for p in package.glob("[!_]*.py") if f"@{registry}.register(" in p.read_text()}
+    loaded = {m for m in sys.modules if m.startswith(f"ssa_repro.{PACKAGES[group]}.")}
+    assert registering and {f"ssa_repro.{PACKAGES[group]}.{m}" for m in registering} <= loaded
+    init = (package / "__init__.py").read_text()
+    assert not re.search(rf"from ssa_repro\.{PACKAGES[group]} import \(", init)  # no hand-kept list
+
+
+def _dist(requirement: str) -> str:
+    return re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", requirement).group()).lower()
+
+
+def test_no_optional_dependency_is_imported_at_a_module_top():
+    """A module's top imports only required dependencies (the extras' are imported where used), so
+    importing a package that imports all its modules never needs an extra."""
+    requires = importlib.metadata.requires("ssa_repro")  # the installed pyproject's, extras marked
+    required = {_dist(r) for r in requires if "extra ==" not in r}
+    optional = {_dist(r) for r in requires if "extra ==" in r} - required
+    dists = importlib.metadata.packages_distributions()
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {module} (extra {', '.join(dists[module.split('.')[0]])})"
+        for folder in PACKAGES.values()
+        for path in (PACKAGE / folder).glob("*.py")
+        for module, _, in_function, line in imports(path)
+        if not in_function and {_dist(d) for d in dists.get(module.split(".")[0], [])} & optional
+    ]
+    assert "lm-eval" in optional and "scikit-learn" in optional  # the check sees the extras
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.slow
+def test_importing_the_packages_imports_no_extra():
+    code = (
+        "import sys, ssa_repro.scorers, ssa_repro.tasks, ssa_repro.evaluation; "
+        "print(sorted({'lm_eval', 'sklearn', 'transformers', 'triton', 'gensim'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------ the docs' lists
+def test_configuration_md_lists_every_scorer_and_task_option():
+    path = DOCS / "configuration.md"
+    for group in ("scorer", "task"):
+        listed = ticked(cell(path, f"| `{group}` |", 1))
+        assert sorted(listed) == sorted(options(group)), f"{path} `{group}` row vs conf/{group}/*.yaml"
+        assert len(listed) == len(set(listed)), f"{path} `{group}` row names an option twice"
+
+
+def test_configuration_md_lists_every_eval_option():
+    text = (DOCS / "configuration.md").read_text()
+    sentence = re.search(r"\*\*`eval`\*\*.*?Options:\s*(.*?);", text, re.S)
+    assert sentence, "docs/configuration.md: the **`eval`** paragraph's 'Options: ...;' not found"
+    assert sorted(ticked(sentence.group(1))) == sorted(options("eval"))
+
+
+def test_development_md_lists_every_evaluator():
+    text = (DOCS / "development.md").read_text()
+    sentence = re.search(r"Evaluators: (.*?\))", text, re.S)
+    assert sentence, "docs/development.md: 'Evaluators: ...' not found"
+    assert sorted(ticked(sentence.group(1))) == sorted(options("eval"))
+
+
+def test_scorers_md_table_gives_every_option_and_its_registered_name():
+    rows = table(DOCS / "scorers.md", "| option | `name` |")
+    listed = {ticked(r[0])[0]: ticked(r[1])[0] for r in rows}
+    assert len(listed) == len(rows)
+    assert listed == options("scorer")
+
+
+def test_evaluations_md_table_names_every_eval_option():
+    rows = table(DOCS / "evaluations.md", "| name | what | for |")
+    assert sorted(ticked(r[0])[0] for r in rows) == sorted(options("eval"))
+
+
+def test_a_missing_or_extra_name_is_caught(tmp_path):
+    """The checks themselves: a row that drops an option or adds an unknown one differs."""
+    path = tmp_path / "c.md"
+    names = sorted(options("scorer"))
+    path.write_text("| `scorer` | " + ", ".join(f"`{n}`" for n in names[1:] + ["nope"]) + " | keys |\n")
+    listed = ticked(cell(path, "| `scorer` |", 1))
+    assert set(names) - set(listed) == {names[0]} and set(listed) - set(names) == {"nope"}
