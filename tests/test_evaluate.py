@@ -430,8 +430,8 @@ def test_check_refuses_grid_values_the_tasks_sampler_would_refuse():
 
 
 def test_figures_off_builds_no_figure_and_a_later_call_draws_them(tmp_path, linear_run, monkeypatch):
-    """eval.figures=false: tables and summary only, and no figure is even built (rendering was most of a
-    small evaluation's time); the same protocol evaluated later with figures on draws them from the
+    """eval.figures=false: tables and summary only, and no heat map is even built (building them was most
+    of a small evaluation's time); the same protocol evaluated later with figures on draws them from the
     stored cells."""
     import shutil
 
@@ -440,8 +440,8 @@ def test_figures_off_builds_no_figure_and_a_later_call_draws_them(tmp_path, line
     run = tmp_path / "run"
     shutil.copytree(linear_run, run)
     built = []
-    real = plotting.heatmap
-    monkeypatch.setattr(plotting, "heatmap", lambda *a, **kw: built.append(1) or real(*a, **kw))
+    real = plotting.sns.heatmap
+    monkeypatch.setattr(plotting.sns, "heatmap", lambda *a, **kw: built.append(1) or real(*a, **kw))
     cfg = dict(sigmas=[1.0], lengths=[5], n_samples=1, batch_size=8)
     off = evaluate(load_run(run, CPU), grid(**cfg, figures=False))
     folder = run / "eval" / "grid" / off["protocol_id"]

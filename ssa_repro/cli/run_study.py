@@ -8,6 +8,8 @@
     python scripts/study.py icl_cpu --groups architecture --tasks every_num   # and some tasks only
 
     python scripts/study.py icl_cpu --report-only --publish   # the committed report, docs/results/icl_cpu.md
+    python scripts/study.py icl_cpu --report-only --from-csv docs/results/icl_cpu --publish
+        # the committed report regenerated from its per-seed CSVs and report_inputs.json alone (no runs)
 
 The matrix is ``conf/study/<name>.yaml`` (or a path to a study file); it is checked against the schema
 (ssa_repro/cli/study_schema.py) before anything runs. Runs go to ``outputs/study/<name>/`` (``--root``),
@@ -30,6 +32,7 @@ from ssa_repro.reports import early
 from ssa_repro.reports import study as icl_report
 
 REPORTS = {"icl": icl_report.write, "early": early.write}  # a study's `report` key -> its writer
+RENDERERS = {"icl": icl_report.render, "early": early.render}  # the same from per-seed CSVs (--from-csv)
 PUBLISHED = Path("docs") / "results"  # where --publish writes: the committed reports
 
 
@@ -60,6 +63,20 @@ def main(argv=None) -> int:
     )
     p.add_argument("--report-only", action="store_true", help="only write the report from stored results")
     p.add_argument(
+        "--from-csv",
+        default=None,
+        metavar="DIR",
+        help="with --report-only: the report from the per-seed CSVs and report_inputs.json in DIR (e.g. "
+        "docs/results/<name>) instead of the run folders",
+    )
+    p.add_argument(
+        "--ensembles",
+        choices=study.ENSEMBLE_MODES,
+        default="auto",
+        help="train the jobs that differ only in the seed as seed ensembles, one stacked model per group "
+        "(auto: on CUDA, where small models are launch-bound; on: also on a CPU, where it gains nothing)",
+    )
+    p.add_argument(
         "--groups", nargs="*", default=None, metavar="GROUP", help="run only these groups (default: all)"
     )
     p.add_argument(
@@ -71,6 +88,13 @@ def main(argv=None) -> int:
     )
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
+    if a.from_csv is not None and not a.report_only:
+        raise SystemExit(f"Error: --from-csv {a.from_csv} needs --report-only (it trains nothing)")
+    if a.from_csv is not None and not Path(a.from_csv).is_dir():
+        raise SystemExit(
+            f"Error: --from-csv {a.from_csv} is not a folder; allowed: a report's folder of per-seed CSVs "
+            "and report_inputs.json (e.g. docs/results/<name>)"
+        )
     cfg = study.load(a.name)
     write = REPORTS[report_of(cfg)]
     root = Path(a.root or study.default_root(cfg.name))
@@ -83,6 +107,7 @@ def main(argv=None) -> int:
                 tuple(a.set),
                 tuple(a.groups) if a.groups else None,
                 tuple(a.tasks) if a.tasks else None,
+                ensembles=a.ensembles,
             )
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the workers are stopped (study.run)
             print(
@@ -95,8 +120,13 @@ def main(argv=None) -> int:
     command = "python scripts/study.py " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
         with storage_advice("--out <another folder>"):
-            study.report_index(root, cfg)  # a cut index is rebuilt from the jobs' rows, or refused
-            path = write(root, out, cfg.name, command, OmegaConf.to_container(cfg))
+            if a.from_csv is not None:  # no run folder is read: the CSVs and report_inputs.json are all
+                render = RENDERERS[report_of(cfg)]
+                setup = OmegaConf.to_container(cfg)
+                path = icl_report.from_csv(render, Path(a.from_csv), out, cfg.name, command, setup)
+            else:
+                study.report_index(root, cfg)  # a cut index is rebuilt from the jobs' rows, or refused
+                path = write(root, out, cfg.name, command, OmegaConf.to_container(cfg))
     except OSError as e:  # a read-only or full folder: the storage error's words (core/atomic.py)
         raise SystemExit(f"Error: study {cfg.name}: the report could not be written: {e}") from None
     print(f"report: {path}")

@@ -45,10 +45,11 @@ from ssa_repro.cli.train_app import run_job
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core.atomic import storage_advice, write_text
 from ssa_repro.core.rundir import resolve_device
-from ssa_repro.core.runlock import RunLock, RunLocked, describe
+from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.tasks import TASKS
+from ssa_repro.training import ensemble
 
 log = logging.getLogger("ssa_repro.study")
 
@@ -199,8 +200,7 @@ def run_one(job: Job, study: DictConfig, root: Path, index: int, n_jobs: int) ->
     """Train (or skip) job number ``index`` of ``n_jobs`` at once, then its evaluations; rows of the
     index (one per evaluation). The job takes its own GPU and its share of the cores (cli/devices.py)."""
     run_dir = root / "runs" / job.group / job.name
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=list(job.overrides))
+    cfg = _compose(job)
     with job_device(index, n_jobs, cfg.device):
         return _train_and_evaluate(job, study, cfg, run_dir)
 
@@ -460,14 +460,10 @@ def lock_root(root: Path, name: str) -> RunLock:
         raise SystemExit(f"Error: study {name}: --root {root} is a file, not a folder; choose a folder")
     try:
         with storage_advice("--root <another folder>"):
-            return RunLock(root, role=f"study {name}").acquire()
+            return RunLock(root, role=f"study {name}", hint="use another --root").acquire()
     except RunLocked as e:
-        who = (
-            "; ".join(" ".join(describe(r).split()) for r in e.holders)
-            or "another process (no record of which)"
-        )
         raise SystemExit(
-            f"Error: study {name}: {root} is in use by another study process ({who}); wait for it to "
+            f"Error: study {name}: {root} is in use by another study process ({e.who}); wait for it to "
             "finish, stop it, or use another --root"
         ) from None
     except OSError as e:
@@ -525,13 +521,20 @@ def run(
     groups: tuple[str, ...] | None = None,
     tasks: tuple[str, ...] | None = None,
     conf_dir: Path = CONF_DIR,
+    ensembles: str = "auto",
 ) -> Path:
     """Run (or resume) every job of study ``name``; returns the study folder (with ``index.csv``). The
     study file and every job's config are checked first: a problem stops the study before anything is
     written. The folder is held for this process (:func:`lock_root`). A job that fails does not stop the
     others: the study runs them all, writes the index of every finished job (:func:`write_index`) and
     ``failures.txt``, and exits non-zero naming each failed job (rerun to retry them). ``groups``: only
-    those groups' jobs, ``tasks`` only those tasks' (the index holds every finished job's rows)."""
+    those groups' jobs, ``tasks`` only those tasks' (the index holds every finished job's rows).
+    ``ensembles``: train the jobs that differ only in the seed as seed ensembles first
+    (:func:`train_ensembles`): ``auto`` (on CUDA), ``on``, ``off``."""
+    if ensembles not in ENSEMBLE_MODES:
+        raise SystemExit(
+            f"Error: --ensembles {ensembles!r} is not allowed; allowed: {', '.join(ENSEMBLE_MODES)}"
+        )
     study = load(name, conf_dir)
     root = Path(root or default_root(study.name))
     every = jobs(study, tuple(extra))
@@ -542,10 +545,62 @@ def run(
     lock = lock_root(root, study.name)
     try:
         with storage_advice("--root <another folder>"):
+            if ensembles == "on" or (ensembles == "auto" and _on_cuda(todo)):
+                train_ensembles(study.name, root, todo)
             _run(study, root, todo, every, n_jobs)
     finally:
         lock.release()
     return root
+
+
+ENSEMBLE_MODES = ("auto", "on", "off")
+
+
+def _compose(job: Job) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("train", overrides=list(job.overrides))
+
+
+def _on_cuda(todo: list[Job]) -> bool:
+    return bool(todo) and resolve_device(_compose(todo[0]).device).type == "cuda"
+
+
+def train_ensembles(name: str, root: Path, todo: list[Job]) -> None:
+    """Train the study's jobs that differ only in the seed as seed ensembles (one stacked model per group,
+    ssa_repro/training/ensemble.py; split by what fits in memory), one after another, with a progress
+    line per ensemble; the job loop (:func:`_run`) then finds them finished and evaluates them as it does
+    separately trained runs. A group that cannot be stacked (its scorer, the mlm task) and a seed or an
+    ensemble that fails are left to the job loop, which trains them one process per job as before."""
+    cfgs = [_compose(job) for job in todo]
+    groups: dict[str, list[int]] = {}
+    for i, cfg in enumerate(cfgs):
+        groups.setdefault(ensemble.group_key(cfg), []).append(i)
+    chunks = []
+    for members in groups.values():
+        why, _ = ensemble.stack_problem(cfgs[members[0]])
+        if len(members) < 2 or why:
+            if why:
+                log.info("study %s: %s keeps one process per job (%s)", name, todo[members[0]].name, why)
+            continue
+        size = max(1, ensemble.seeds_that_fit(cfgs[members[0]]))
+        chunks += [members[i : i + size] for i in range(0, len(members), size)]
+    for n, chunk in enumerate(chunks, 1):
+        first = todo[chunk[0]]
+        log.info(
+            "study %s: seed ensemble %d of %d: %s/%s × %d seeds (%s)",
+            name, n, len(chunks), first.group, first.name, len(chunk), ", ".join(str(todo[i].seed) for i in chunk),
+        )  # fmt: skip
+        dirs = [root / "runs" / todo[i].group / todo[i].name for i in chunk]
+        try:
+            ensemble.train_ensemble([cfgs[i] for i in chunk], dirs)
+        except Exception as e:  # noqa: BLE001  (the job loop trains these jobs alone, and reports theirs)
+            log.warning(
+                "study %s: seed ensemble %d failed (%s: %s); its jobs train alone",
+                name,
+                n,
+                type(e).__name__,
+                e,
+            )
 
 
 def default_root(name: str) -> Path:

@@ -65,7 +65,10 @@ def heatmap(
     """An annotated heat map of ``frame`` (columns rows, cols, value, metric), largest row value on top;
     a log colour scale for errors spanning decades. With ``facet`` (a column with several values, e.g.
     the prompt length of a linear grid evaluated at several lengths) one panel per value, all on one
-    colour scale. Writes PNG and PDF, returns their paths."""
+    colour scale. Writes PNG and PDF, returns their paths (none, and nothing built, while figures are
+    off: :func:`saving`)."""
+    if not _SAVING.get():
+        return []
     groups = list(frame.groupby(facet, sort=True)) if facet else [(None, frame)]
     tables = [
         (key, g.pivot_table(index=rows, columns=cols, values="value").sort_index(ascending=False))
@@ -130,7 +133,9 @@ def curves(
     xlabel: str | None = None,
 ) -> list[Path]:
     """One line per ``hue`` value of ``value`` against ``x``; legend outside the axes. Writes a PNG (its
-    path, in a list: empty while figures are off)."""
+    path, in a list: empty, and nothing built, while figures are off)."""
+    if not _SAVING.get():
+        return []
     many = frame[x].nunique() > 30  # markers would hide the lines
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
     palette = "viridis" if pd.api.types.is_numeric_dtype(frame[hue]) else None

@@ -253,12 +253,14 @@ def redraw(store: Store, ev: Evaluator, title: str, run_id: str | None = None) -
             if len(frame):
                 _write_if_changed(store.dir / f"{table}.csv", frame.to_csv(index=False).encode())
         figures = _drawn(store, title)
-        if figures is None and not plotting.enabled():  # figures off: none is built (the rendering, not the
-            figures = []  # writing, was most of a small evaluation's time); a later call with them on draws
-        elif figures is None:
+        if figures is None:
+            # figures off: draw still writes the tables it derives (boundary.csv, ...), and the heat maps and
+            # curves are not even built (plotting.enabled; building them was most of a small evaluation's
+            # time); nothing is recorded as drawn, so a later call with figures on draws them
             drawn = ev.draw(latest, f"{title} · step {step}", store.dir) if step is not None else []
             figures = [p.name for p in drawn]
-            write_json(store.dir / DRAWN, {"key": _drawing_key(store, title), "figures": figures})
+            if plotting.enabled():
+                write_json(store.dir / DRAWN, {"key": _drawing_key(store, title), "figures": figures})
         summary = {
             "evaluation": ev.name,
             "protocol_id": store.id,

@@ -37,9 +37,17 @@ from ssa_repro.evaluation import stats
 from ssa_repro.evaluation.intervals import seed_interval, wilson
 from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.evaluation.zorro import PAPER_TABLE3
-from ssa_repro.reports import paired, provenance
+from ssa_repro.reports import paired
 from ssa_repro.reports.paired import JOB_COLUMNS, Claim, Spec
-from ssa_repro.reports.study import figure_lines, finish, provenance_lines, section
+from ssa_repro.reports.study import (
+    figure_lines,
+    finish,
+    provenance_lines,
+    read_index,
+    run_inputs,
+    save_inputs,
+    section,
+)
 from ssa_repro.reports.tables import markdown_table
 from ssa_repro.tasks import TASKS
 
@@ -912,28 +920,37 @@ GPU_LINES = [
 
 
 def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None = None) -> Path:
-    """``<out_dir>/<name>.md``, its figures and per-seed CSVs in ``<out_dir>/<name>/``; returns the
-    markdown's path. Missing data are reported, not raised."""
+    """``<out_dir>/<name>.md``, its figures and per-seed CSVs (and ``report_inputs.json``:
+    ``reports/study.py``'s :data:`~ssa_repro.reports.study.INPUTS`) in ``<out_dir>/<name>/``; returns
+    the markdown's path. Missing data are reported, not raised."""
     root, out_dir = Path(root), Path(out_dir)
     figdir = out_dir / name
     figdir.mkdir(parents=True, exist_ok=True)
-    index_path = root / "index.csv"
-    index = pd.read_csv(index_path) if index_path.exists() else None
-    parts = per_seed(index) if index is not None else {}
-    paths = export(parts, figdir)
+    index = read_index(root)
+    paths = export(per_seed(index) if index is not None else {}, figdir)
+    inputs = save_inputs(figdir, run_inputs(root, index, missing_jobs(index, setup), paths))
+    return render(paths, inputs, out_dir, name, command, setup)
+
+
+def render(
+    paths: Mapping[str, Path], inputs: dict, out_dir: Path, name: str, command: str, setup: dict | None
+) -> Path:
+    """The report from its per-seed CSVs (``paths``) and inputs record alone (``write``'s and
+    ``--from-csv``'s common part)."""
+    out_dir = Path(out_dir)
+    figdir = out_dir / name
     frame, found_claims, table, found = compute(paths)
-    wall_file = root / "wall_seconds.txt"
-    walls = [float(x) for x in wall_file.read_text().split()] if wall_file.exists() else []
-    run_dirs = index.run_dir.unique() if index is not None else []
-    starts = provenance.run_commits(run_dirs)
-    missing = missing_jobs(index, setup)
-    if index is None:
-        missing.insert(0, f"`{index_path}` does not exist: no job has been evaluated and indexed yet")
+    missing = list(inputs["missing"])
     lines = [
         title(name),
         "",
         *provenance_lines(
-            command, walls, starts, name, paths, "job × checkpoint step × method × item × metric"
+            command,
+            inputs["wall_seconds"],
+            inputs["runs"],
+            name,
+            paths,
+            "job × checkpoint step × method × item × metric",
         ),
         "",
         "## Findings",

@@ -864,7 +864,8 @@ def dots(
         ax.set_yscale("symlog", linthresh=1e-3)
     ax.legend(fontsize=6)
     fig.tight_layout()
-    return save(fig, path, formats=("png",), dpi=100)[0]
+    save(fig, path, formats=("png",), dpi=100)
+    return Path(path)  # the figure's path also where saving is off (plotting.saving: a dry render)
 
 
 def shift_figure(frame: pd.DataFrame, task: str, out: Path, base: tuple[str, str] = BASE) -> Path | None:
@@ -944,7 +945,8 @@ def deviant_grid_figure(
     )
     fig.subplots_adjust(top=0.78, bottom=0.2, right=0.88)
     fig.colorbar(im, cax=fig.add_axes([0.9, 0.2, 0.012, 0.58]))
-    return save(fig, out / f"deviant_{task}{_suffix(base)}.png", formats=("png",), dpi=100)[0]
+    save(fig, out / f"deviant_{task}{_suffix(base)}.png", formats=("png",), dpi=100)
+    return out / f"deviant_{task}{_suffix(base)}.png"
 
 
 def _mean_table(frame: pd.DataFrame, rows: list[str], col: str) -> pd.DataFrame:
@@ -1310,4 +1312,5 @@ def length_figure(frame: pd.DataFrame, task: str, out: Path) -> Path | None:
     axs[0][-1].legend(fontsize=6)
     fig.suptitle(f"{TASK_TEXT.get(task, task)}: length extrapolation at σ_x = 1, per seed", fontsize=8)
     fig.tight_layout()
-    return save(fig, out / f"length_{task}.png", formats=("png",), dpi=100)[0]
+    save(fig, out / f"length_{task}.png", formats=("png",), dpi=100)
+    return out / f"length_{task}.png"

@@ -74,10 +74,39 @@ def run_commits(run_dirs) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def trained_on(starts: pd.DataFrame) -> str:
+def summarise(starts: pd.DataFrame) -> dict:
+    """What a report states about its runs' starts (:func:`run_commits`), as plain JSON data: ``runs``
+    (how many), ``starts_by_commit`` {commit: starts}, ``dirty_runs``, ``dirty_commits`` and
+    ``dirty_paths`` (sorted: what made those trees dirty), ``runs_without_record`` and
+    ``starts_by_device`` {device: starts}. A report stores it (``report_inputs.json``) so that it can be
+    regenerated without the run folders; :func:`summary_text` words it."""
+    if starts.empty:
+        return {"runs": 0}
+    known = starts.dropna(subset=["git_commit"])
+    dirty = starts[starts.git_dirty == True]  # noqa: E712 (a column of True/False/None)
+    changes = dirty.git_changes.dropna() if "git_changes" in dirty else []  # absent before 2026-11-26
+    devices = starts.dropna(subset=["device"]) if "device" in starts else starts.iloc[:0]
+    return {
+        "runs": int(starts.run_dir.nunique()),
+        "starts_by_commit": {
+            str(c): int(n) for c, n in known.groupby("git_commit", sort=True).size().items()
+        },
+        "dirty_runs": int(dirty.run_dir.nunique()),
+        "dirty_commits": sorted(str(c) for c in dirty.git_commit.dropna().unique()),
+        "dirty_paths": sorted({str(p) for r in changes for p in r}),
+        "runs_without_record": int(starts[starts.git_commit.isna()].run_dir.nunique()),
+        "starts_by_device": {str(d): int(n) for d, n in devices.groupby("device", sort=True).size().items()},
+    }
+
+
+def trained_on(starts: pd.DataFrame | dict) -> str:
     """Where the runs trained, for a report's title: "a CPU" (or nothing recorded), "one NVIDIA H200"
-    (every start on that GPU), else "CPUs and GPUs"."""
-    devices = set(starts.device.dropna()) if "device" in starts else set()
+    (every start on that GPU), else "CPUs and GPUs". ``starts``: :func:`run_commits` or its
+    :func:`summarise`."""
+    if isinstance(starts, dict):
+        devices = set(starts.get("starts_by_device", {}))
+    else:
+        devices = set(starts.device.dropna()) if "device" in starts else set()
     if not devices or devices == {"cpu"}:
         return "a CPU"
     gpus = {d.split("(", 1)[-1].rstrip(")") for d in devices if d.startswith("cuda")}
@@ -88,34 +117,36 @@ def trained_on(starts: pd.DataFrame) -> str:
 
 def commits_summary(starts: pd.DataFrame) -> str:
     """One sentence: the runs' commits with how many starts each, and any dirty tree or missing record."""
-    if starts.empty:
+    return summary_text(summarise(starts))
+
+
+def summary_text(s: dict) -> str:
+    """:func:`commits_summary`'s sentence from a :func:`summarise` record (what ``--from-csv`` reads back)."""
+    if not s.get("runs"):
         return "No runs."
-    n_runs = starts.run_dir.nunique()
-    counts = starts.dropna(subset=["git_commit"]).groupby("git_commit", sort=True).size()
+    counts = s["starts_by_commit"]
     parts = [f"`{c}` ({n} start{'s' if n != 1 else ''})" for c, n in counts.items()]
-    text = f"The {n_runs} runs were trained at commit{'s' if len(counts) != 1 else ''} " + (
+    text = f"The {s['runs']} runs were trained at commit{'s' if len(counts) != 1 else ''} " + (
         ", ".join(parts) or "unknown"
     )
-    dirty = starts[starts.git_dirty == True]  # noqa: E712 (a column of True/False/None)
-    if len(dirty):
+    if s["dirty_runs"]:
+        commits = s["dirty_commits"]
         text += (
-            f". **{dirty.run_dir.nunique()} run(s) started from a dirty tree** (uncommitted changes at "
-            f"commit{'s' if dirty.git_commit.nunique() != 1 else ''} "
-            + ", ".join(f"`{c}`" for c in sorted(dirty.git_commit.dropna().unique()))
+            f". **{s['dirty_runs']} run(s) started from a dirty tree** (uncommitted changes at "
+            f"commit{'s' if len(commits) != 1 else ''} "
+            + ", ".join(f"`{c}`" for c in commits)
             + "): their code is not exactly any commit"
         )
-        paths = sorted({p for r in dirty.git_changes.dropna() for p in r}) if "git_changes" in dirty else []
+        paths = s["dirty_paths"]
         if paths:
             shown = ", ".join(f"`{p}`" for p in paths[:5])
             text += f" (changed or untracked: {shown}{', …' if len(paths) > 5 else ''})"
-    unknown = starts[starts.git_commit.isna()].run_dir.nunique()
-    if unknown:
-        text += f"; {unknown} run(s) have no provenance record"
+    if s["runs_without_record"]:
+        text += f"; {s['runs_without_record']} run(s) have no provenance record"
     if len(counts) > 1:
         text += "; **the runs span several commits**"
-    if "device" in starts and starts.device.notna().any():
-        by = starts.dropna(subset=["device"]).groupby("device", sort=True).size()
-        text += ". Starts by device: " + ", ".join(f"{d} {n}" for d, n in by.items())
+    if s["starts_by_device"]:
+        text += ". Starts by device: " + ", ".join(f"{d} {n}" for d, n in s["starts_by_device"].items())
     return text + "."
 
 

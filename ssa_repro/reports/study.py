@@ -2,8 +2,11 @@
 
 Findings first. Reads ``<root>/index.csv`` (job → run folder, evaluation protocols) and every job's stored
 cells, reduces them to per-seed values and writes them as tidy CSVs
-(``<out>/<name>/per_seed_<part>.csv``); everything below is computed from those CSVs as read back, so
-it can be recomputed from the published files (tests/test_study.py does). Then ``<out>/<name>.md``:
+(``<out>/<name>/per_seed_<part>.csv``), and what else it reads from the run folders (wall time, the
+runs' commits and devices, what is missing) as ``<out>/<name>/report_inputs.json`` (:data:`INPUTS`).
+Everything below is computed from those files as read back (:func:`render`), so the report can be
+regenerated from the published files alone (:func:`from_csv`, ``--from-csv``;
+tests/test_report_freshness.py checks every committed report that way). Then ``<out>/<name>.md``:
 
 1. a title that says what models of this size can and cannot show; the provenance (the report's commit,
    command, machine and the study's wall time; the runs' commits from their provenance.json, a dirty
@@ -24,6 +27,8 @@ it can be recomputed from the published files (tests/test_study.py does). Then `
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -173,19 +178,24 @@ def rule_markdown(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None = None) -> Path:
-    """``<out_dir>/<name>.md``, its figures and per-seed CSVs in ``<out_dir>/<name>/``; returns the
-    markdown's path. ``setup``: the study's config (conf/study/<name>.yaml as a dict), stated in the
-    report and used to name what is missing. Missing data (no index yet, groups or evaluations not
-    stored) are reported, not raised."""
-    root, out_dir = Path(root), Path(out_dir)
-    figdir = out_dir / name
-    figdir.mkdir(parents=True, exist_ok=True)
-    index_path = root / "index.csv"
-    index = pd.read_csv(index_path) if index_path.exists() else None
-    parts = icl.per_seed(index) if index is not None else {}
-    paths = paired.export(parts, figdir)
-    frame, claims, table, found = compute(paths)
+INPUTS = "report_inputs.json"
+"""Beside a report's per-seed CSVs: what the report read from its study's run folders besides them (the
+CSVs' names, the study's wall time per invocation, the runs' commits and devices as
+:func:`provenance.summarise` states them, the *Missing* lines). With the CSVs it is all a report is
+computed from, so ``--from-csv`` regenerates the report without the run folders (:func:`from_csv`)."""
+
+
+def read_index(root: Path) -> pd.DataFrame | None:
+    """``<root>/index.csv`` (job → run folder, evaluations), or None where no job has been indexed."""
+    path = Path(root) / "index.csv"
+    return pd.read_csv(path) if path.exists() else None
+
+
+def run_inputs(root: Path, index: pd.DataFrame | None, missing: list[str], paths: dict[str, Path]) -> dict:
+    """The :data:`INPUTS` record of a study's run folders under ``root``: ``per_seed`` {part: CSV file
+    name}, ``wall_seconds`` (one per invocation, ``wall_seconds.txt``), ``runs`` (the starts' commits and
+    devices, :func:`provenance.summarise`) and ``missing`` (the *Missing* section's lines)."""
+    root = Path(root)
     wall_file = root / "wall_seconds.txt"
     walls = [float(x) for x in wall_file.read_text().split()] if wall_file.exists() else []
     run_dirs = (
@@ -193,15 +203,97 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
         if index is not None
         else sorted(str(p.parent) for p in root.glob(f"runs/*/*/{provenance.PROVENANCE}"))
     )
-    starts = provenance.run_commits(run_dirs)
-    missing = paired.missing_jobs(index, setup, icl.evaluations_for(setup))
     if index is None:
-        missing.insert(0, f"`{index_path}` does not exist: no job has been evaluated and indexed yet")
+        missing = [
+            f"`{root / 'index.csv'}` does not exist: no job has been evaluated and indexed yet",
+            *missing,
+        ]
+    return {
+        "per_seed": {part: Path(p).name for part, p in paths.items()},
+        "wall_seconds": walls,
+        "runs": provenance.summarise(provenance.run_commits(run_dirs)),
+        "missing": missing,
+    }
 
+
+def save_inputs(figdir: Path, inputs: dict) -> dict:
+    """Write ``inputs`` as ``<figdir>/report_inputs.json``; returns it as read back (what
+    :func:`from_csv` will see), so a fresh report and a regenerated one are rendered from the same data."""
+    text = json.dumps(inputs, indent=1, ensure_ascii=False) + "\n"
+    write_text(Path(figdir) / INPUTS, text)
+    return json.loads(text)
+
+
+def load_inputs(src: Path) -> tuple[dict[str, Path], dict]:
+    """(per-seed CSV paths by part, the :data:`INPUTS` record) of a report's folder ``src``; a missing
+    or unreadable file, or a CSV it names that is not there, stops with the path."""
+    src = Path(src)
+    path = src / INPUTS
+    try:
+        inputs = json.loads(path.read_text())
+        paths = {part: src / f for part, f in inputs["per_seed"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise SystemExit(
+            f"Error: --from-csv {src}: {path} is missing or not a report-inputs record ({e}); it is written "
+            "beside the per-seed CSVs by the report generated from the run folders"
+        ) from None
+    absent = [str(p) for p in paths.values() if not p.is_file()]
+    if absent:
+        raise SystemExit(
+            f"Error: --from-csv {src}: {INPUTS} names per-seed CSVs that are not there: {', '.join(absent)}"
+        )
+    return paths, inputs
+
+
+def from_csv(render, src: Path, out_dir: Path, name: str, command: str, setup: dict | None) -> Path:
+    """A report regenerated from its per-seed CSVs and :data:`INPUTS` in ``src`` alone (no run folder):
+    they are copied into ``<out_dir>/<name>/`` (unless that is ``src``) and ``render(paths, inputs,
+    out_dir, name, command, setup)`` writes the report as the one from the run folders would be."""
+    paths, inputs = load_inputs(src)
+    figdir = Path(out_dir) / name
+    figdir.mkdir(parents=True, exist_ok=True)
+    if figdir.resolve() != Path(src).resolve():
+        for p in [*paths.values(), Path(src) / INPUTS]:
+            shutil.copyfile(p, figdir / p.name)
+        paths = {part: figdir / p.name for part, p in paths.items()}
+    return render(paths, inputs, out_dir, name, command, setup)
+
+
+def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None = None) -> Path:
+    """``<out_dir>/<name>.md``, its figures and per-seed CSVs (and :data:`INPUTS`) in
+    ``<out_dir>/<name>/``; returns the markdown's path. ``setup``: the study's config
+    (conf/study/<name>.yaml as a dict), stated in the report and used to name what is missing. Missing
+    data (no index yet, groups or evaluations not stored) are reported, not raised."""
+    root, out_dir = Path(root), Path(out_dir)
+    figdir = out_dir / name
+    figdir.mkdir(parents=True, exist_ok=True)
+    index = read_index(root)
+    paths = paired.export(icl.per_seed(index) if index is not None else {}, figdir)
+    missing = paired.missing_jobs(index, setup, icl.evaluations_for(setup))
+    inputs = save_inputs(figdir, run_inputs(root, index, missing, paths))
+    return render(paths, inputs, out_dir, name, command, setup)
+
+
+def render(
+    paths: dict[str, Path], inputs: dict, out_dir: Path, name: str, command: str, setup: dict | None
+) -> Path:
+    """The report from its per-seed CSVs (``paths``) and :data:`INPUTS` record alone: :func:`write`'s
+    and :func:`from_csv`'s common part."""
+    out_dir = Path(out_dir)
+    figdir = out_dir / name
+    frame, claims, table, found = compute(paths)
+    missing = list(inputs["missing"])
     lines = [
-        title(name, setup, provenance.trained_on(starts)),
+        title(name, setup, provenance.trained_on(inputs["runs"])),
         "",
-        *provenance_lines(command, walls, starts, name, paths, "job × predictor × metric × cell summary"),
+        *provenance_lines(
+            command,
+            inputs["wall_seconds"],
+            inputs["runs"],
+            name,
+            paths,
+            "job × predictor × metric × cell summary",
+        ),
         "",
         "## Findings",
         "",
@@ -445,13 +537,13 @@ def finish(
     return path
 
 
-def provenance_lines(command: str, walls, starts, name: str, paths: dict, rows: str) -> list[str]:
-    """A report's opening lines: how and where it was generated, the runs' commits, and links to the
-    per-seed CSVs (``rows``: what one row of them is)."""
+def provenance_lines(command: str, walls, runs: dict, name: str, paths: dict, rows: str) -> list[str]:
+    """A report's opening lines: how and where it was generated, the runs' commits (``runs``:
+    :func:`provenance.summarise`), and links to the per-seed CSVs (``rows``: what one row of them is)."""
     links = ", ".join(f"[`{p.name}`]({name}/{p.name})" for p in paths.values()) or "none"
     return [
         provenance.header(command, walls),
-        provenance.commits_summary(starts),
+        provenance.summary_text(runs),
         f"Per-seed values: {links} (one row per {rows}; every number below is computed from them).",
     ]
 
