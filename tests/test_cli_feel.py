@@ -9,6 +9,7 @@ asserted, only that it answers and prints the full description)."""
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
 import subprocess
 import sys
@@ -27,10 +28,18 @@ TINY = ["debug=tiny", "train.steps=2", "evaluation.enabled=false"]
 
 @pytest.fixture
 def fresh_hydra(monkeypatch):
-    """The apps' Hydra main in this process: argv restored and Hydra's global state cleared after."""
+    """The apps' Hydra main in this process: argv restored, Hydra's global state cleared and its logging
+    set-up (root handlers, level) undone after, as conftest.run_script does."""
     monkeypatch.setattr(sys, "argv", ["ssa-train"])
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
     yield
     GlobalHydra.instance().clear()
+    for h in root.handlers:
+        if h not in handlers:
+            h.close()
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 # ----------------------------------------------------------------------------- ssa-train / ssa-evaluate

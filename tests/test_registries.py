@@ -4,7 +4,9 @@ module's top, and the names the docs list agree with the registries and ``conf/`
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import json
 import re
 import subprocess
 import sys
@@ -106,14 +108,24 @@ def test_no_optional_dependency_is_imported_at_a_module_top():
 
 
 @pytest.mark.slow
-def test_importing_the_packages_imports_no_extra():
+def test_importing_the_packages_imports_no_extra_and_every_component():
+    """In a fresh interpreter (this process has imported modules directly): importing the three packages
+    loads every component module (the scan) and no extra's dependency."""
     code = (
-        "import sys, ssa_repro.scorers, ssa_repro.tasks, ssa_repro.evaluation; "
-        "print(sorted({'lm_eval', 'sklearn', 'transformers', 'triton', 'gensim'} & set(sys.modules)))"
+        "import sys, json, ssa_repro.scorers, ssa_repro.tasks, ssa_repro.evaluation; "
+        "print(json.dumps([sorted({'lm_eval', 'sklearn', 'transformers', 'triton', 'gensim'} & set(sys.modules)), "
+        "sorted(m for m in sys.modules if m.startswith('ssa_repro.'))]))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    extras, loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert extras == []
+    for group, folder in PACKAGES.items():
+        registry = {"scorer": "SCORERS", "task": "TASKS", "eval": "EVALUATORS"}[group]
+        registering = {
+            p.stem for p in (PACKAGE / folder).glob("[!_]*.py") if f"@{registry}.register(" in p.read_text()
+        }
+        assert registering and {f"ssa_repro.{folder}.{m}" for m in registering} <= set(loaded), group
 
 
 # ------------------------------------------------------------------ the docs' lists

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -206,14 +205,14 @@ def test_an_index_cut_short_is_rebuilt_with_a_warning_or_refused(tmp_path, monke
     assert "without --report-only to rebuild it" in msg and "\n" not in msg
 
 
-def test_a_damaged_index_names_the_damage():
+def test_a_damaged_index_names_the_damage(tmp_path):
     for text, words in (
         (b"group,job,run_dir,evaluation,protocol_id\ng,a,r,e,p\ng,b,r", "does not end with a newline"),
         (b"group,job,run_dir,evaluation,protocol_id\ng,a,r,e,p\ng,b,r\n", "line(s) 3 lack evaluation, protocol_id"),
         (b"group,job\ng,a\n", "lacks the column(s) run_dir, evaluation, protocol_id"),
         (b'group,job,run_dir,evaluation,protocol_id\n"g,a,r,e,p\n', "not a readable CSV"),
     ):  # fmt: skip
-        path = Path(os.environ.get("TMPDIR", "/tmp")) / f"index-{os.getpid()}.csv"
+        path = tmp_path / "index.csv"
         path.write_bytes(text)
         try:
             with pytest.raises(study.IndexDamaged, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -330,7 +329,5 @@ def test_the_lock_is_released_after_a_failed_or_interrupted_study(tmp_path, monk
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr  # another process can take the folder now
-    t0 = time.monotonic()
     monkeypatch.setattr(study, "run_one", fake_rows)
-    study.run("tiny", root, n_jobs=1, conf_dir=tmp_path)
-    assert time.monotonic() - t0 < 30
+    study.run("tiny", root, n_jobs=1, conf_dir=tmp_path)  # and so can this one, again

@@ -55,8 +55,7 @@ def index_server():
 
 def test_reachable_is_an_answer_within_the_timeout(index_server):
     assert torch_index.reachable(index_server, timeout=5)
-    with socket.socket() as s:  # a port nothing listens on: refused at once
+    with socket.socket() as s:  # bound, not listening: refused at once (and the port stays ours)
         s.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{s.getsockname()[1]}/"
-    assert not torch_index.reachable(closed, timeout=5)
+        assert not torch_index.reachable(f"http://127.0.0.1:{s.getsockname()[1]}/", timeout=5)
     assert not torch_index.reachable("not a url", timeout=5)
