@@ -165,6 +165,19 @@ def fused_calls(monkeypatch):
     return calls
 
 
+def forget_component(registry, group: str, name: str) -> None:
+    """Undo a test's registration of component ``name`` (a toy scorer, task or evaluator): out of its
+    registry and out of Hydra's ConfigStore (``<group>/<name>`` and ``schema/<group>/<name>``), so tests
+    that list the registered names (tests/test_config.py) see only the package's, in any order."""
+    from hydra.core.config_store import ConfigStore
+
+    registry._items.pop(name, None)
+    registry.schemas.pop(name, None)
+    repo = ConfigStore.instance().repo
+    repo.get(group, {}).pop(f"{name}.yaml", None)
+    repo.get("schema", {}).get(group, {}).pop(f"{name}.yaml", None)
+
+
 class NoProgress:
     """An evaluator's progress bar that shows nothing (tests calling ``Evaluator.compute`` directly)."""
 

@@ -27,7 +27,7 @@ from ssa_repro.reports import compare
 from ssa_repro.tasks import TASKS
 from ssa_repro.tasks.base import Prompts
 from ssa_repro.training.trainer import train
-from tests.conftest import make_cfg
+from tests.conftest import forget_component, make_cfg
 
 CPU = torch.device("cpu")
 
@@ -77,14 +77,16 @@ class OutputScale(Evaluator):
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     """The evaluator's registration and its config option (its file and conf/eval/output_scale.yaml)."""
-    if "output_scale" not in EVALUATORS:
-        EVALUATORS.register("output_scale", schema=OutputScaleConfig)(OutputScale)
-        config.register_configs()  # stores schema/eval/output_scale
-        ConfigStore.instance().store(
-            group="eval",
-            name="output_scale",
-            node={"defaults": ["/schema/eval/output_scale@_here_", "_self_"]},
-        )
+    assert "output_scale" not in EVALUATORS
+    EVALUATORS.register("output_scale", schema=OutputScaleConfig)(OutputScale)
+    config.register_configs()  # stores schema/eval/output_scale
+    ConfigStore.instance().store(
+        group="eval",
+        name="output_scale",
+        node={"defaults": ["/schema/eval/output_scale@_here_", "_self_"]},
+    )
+    yield
+    forget_component(EVALUATORS, "eval", "output_scale")
 
 
 @pytest.fixture(scope="module")

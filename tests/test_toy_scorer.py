@@ -17,7 +17,7 @@ from ssa_repro.scorers import SCORERS
 from ssa_repro.scorers.base import Scorer, ScorerConfig
 from ssa_repro.training import memory
 from ssa_repro.training.trainer import should_compile, train
-from tests.conftest import make_cfg
+from tests.conftest import forget_component, make_cfg
 
 
 # ------------------------------------------------------------------ the scorer's file
@@ -43,14 +43,16 @@ class Power(Scorer):
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     """The scorer's registration and its config option (its file and conf/scorer/power_toy.yaml)."""
-    if "power_toy" not in SCORERS:
-        SCORERS.register("power_toy", schema=PowerConfig)(Power)
-        config.register_configs()  # stores schema/scorer/power_toy
-        ConfigStore.instance().store(
-            group="scorer",
-            name="power_toy",
-            node={"defaults": ["/schema/scorer/power_toy@_here_", "_self_"], "p": 3.0},
-        )
+    assert "power_toy" not in SCORERS
+    SCORERS.register("power_toy", schema=PowerConfig)(Power)
+    config.register_configs()  # stores schema/scorer/power_toy
+    ConfigStore.instance().store(
+        group="scorer",
+        name="power_toy",
+        node={"defaults": ["/schema/scorer/power_toy@_here_", "_self_"], "p": 3.0},
+    )
+    yield
+    forget_component(SCORERS, "scorer", "power_toy")
 
 
 def reference(x: torch.Tensor, p: float, mask: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from ssa_repro.evaluation.runner import DefaultConfig, check, evaluate
 from ssa_repro.reports import compare
 from ssa_repro.tasks import TASKS
 from ssa_repro.tasks.base import Batch, Evaluation, Grid, Metric, Prompts, Task, interleave
-from tests.conftest import make_cfg
+from tests.conftest import forget_component, make_cfg
 
 
 # ------------------------------------------------------------------ the task's file
@@ -80,14 +80,16 @@ class RunningSum(Task):
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     """The task's registration and its config option (what its file and conf/task/running_sum.yaml do)."""
-    if "running_sum" not in TASKS:
-        TASKS.register("running_sum", schema=RunningSumConfig)(RunningSum)
-        config.register_configs()  # stores schema/task/running_sum
-        ConfigStore.instance().store(
-            group="task",
-            name="running_sum",
-            node={"defaults": ["/schema/task/running_sum@_here_", "_self_"], "name": "running_sum"},
-        )
+    assert "running_sum" not in TASKS
+    TASKS.register("running_sum", schema=RunningSumConfig)(RunningSum)
+    config.register_configs()  # stores schema/task/running_sum
+    ConfigStore.instance().store(
+        group="task",
+        name="running_sum",
+        node={"defaults": ["/schema/task/running_sum@_here_", "_self_"], "name": "running_sum"},
+    )
+    yield
+    forget_component(TASKS, "task", "running_sum")
 
 
 def test_the_new_task_trains_evaluates_and_compares(tmp_path):
@@ -121,11 +123,13 @@ def test_a_task_without_a_declared_evaluation_fails_loudly():
     class Undeclared(RunningSum):
         evaluation = None
 
-    if "undeclared" not in TASKS:
-        TASKS.register("undeclared", schema=RunningSumConfig)(Undeclared)
-    cfg = make_cfg("task=running_sum")
-    cfg.task.name = "undeclared"
-    found = check(cfg, DefaultConfig())
+    TASKS.register("undeclared", schema=RunningSumConfig)(Undeclared)
+    try:
+        cfg = make_cfg("task=running_sum")
+        cfg.task.name = "undeclared"
+        found = check(cfg, DefaultConfig())
+    finally:
+        forget_component(TASKS, "task", "undeclared")
     assert found == [
         "task 'undeclared' declares no evaluation (Task.evaluation), so eval=default has nothing to run"
     ]
