@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import logging
 import os
@@ -43,9 +44,18 @@ needs_shared = pytest.mark.skipif(
 )
 
 
+_COMPOSED: dict = {}
+
+
 def make_cfg(*overrides: str, tiny: bool = True):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("train", overrides=[*(TINY if tiny else []), *overrides])
+    """conf/train.yaml composed with ``overrides`` (after debug=tiny unless ``tiny=False``): a fresh copy of
+    a config composed once per set of overrides in this process (Hydra's compose costs about 0.3 s, and
+    the suite asks for the same configs hundreds of times)."""
+    key = (overrides, tiny)
+    if key not in _COMPOSED:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            _COMPOSED[key] = compose("train", overrides=[*(TINY if tiny else []), *overrides])
+    return copy.deepcopy(_COMPOSED[key])
 
 
 def run_script(

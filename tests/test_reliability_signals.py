@@ -16,7 +16,7 @@ import torch
 from ssa_repro.core import checkpoint
 from ssa_repro.core.rundir import RunDir
 from ssa_repro.training.distributed import Interrupted, PreemptionGuard, exit_quietly_on_interrupt
-from tests.conftest import ROOT, TINY
+from tests.conftest import ROOT, TINY, run_script
 
 
 def _wait_for(cond, timeout: float = 5.0) -> None:
@@ -143,14 +143,9 @@ def test_a_signal_saves_a_checkpoint_exits_128_plus_it_and_resume_matches(tmp_pa
     step = checkpoint.load(RunDir(run).last_checkpoint)["step"]
     assert 10 <= step < 400, step  # saved on the signal, far from the 100000-step interval
     assert f"signal {int(sig)}: checkpoint saved at step {step}" in RunDir(run).log_file.read_text()
-    for d in (run, ref):
-        subprocess.run(
-            [sys.executable, "train.py", *args, f"hydra.run.dir={d}"],
-            cwd=ROOT,
-            env=env,
-            check=True,
-            capture_output=True,
-        )
+    for d in (run, ref):  # the resume and the uninterrupted reference: in this process
+        done = run_script("train.py", *args, f"hydra.run.dir={d}")
+        assert done.returncode == 0, done.stderr[-2000:]
     a, b = (checkpoint.load(RunDir(d).last_checkpoint) for d in (ref, run))
     assert a["step"] == b["step"] == 400
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])

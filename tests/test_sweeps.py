@@ -23,7 +23,7 @@ from ssa_repro.cli.sweeps import MAX_DIR, job_dir
 from ssa_repro.evaluation.store import stored
 from ssa_repro.reports import compare
 from ssa_repro.training.validate import check
-from tests.conftest import CONF, ROOT, TINY
+from tests.conftest import CONF, ROOT, TINY, run_script
 
 # The tiny run of conftest, logging to W&B offline (the point of some checks here).
 ARGS = [a for a in TINY if not a.startswith("logger.")] + ["logger.mode=offline"]
@@ -52,6 +52,12 @@ def _train(*args, timeout=300, env=None):
         timeout=timeout,
         env={**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", **(env or {})},
     )
+
+
+def _train_here(*args):
+    """``python train.py ARGS`` in this process (conftest.run_script): the basic launcher runs its jobs in
+    the process anyway, so only the interpreter's start and imports are saved."""
+    return run_script("train.py", *args, env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
 
 
 def _jobs(sweep: Path) -> dict[str, Path]:
@@ -151,14 +157,14 @@ def test_basic_multirun_failure_rerun_and_compare(tmp_path, capsys):
     cause is removed and the third run only does that job."""
     sweep = tmp_path / "sweep"
     cmd = ["-m", "seed=0,1", *ARGS, f"hydra.sweep.dir={sweep}"]
-    jobs = _check_two_jobs(sweep, _train(*cmd))
+    jobs = _check_two_jobs(sweep, _train_here(*cmd))
 
     ok, bad = jobs["seed=0"], jobs["seed=1"]
     (bad / "summary.json").unlink()  # as if it had been interrupted ...
     ckpt = bad / "checkpoints" / "last.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:100])  # ... while writing a checkpoint (by hand: not atomic)
     before = {p: p.read_bytes() for p in ok.rglob("*") if p.is_file() and ".hydra" not in p.parts}
-    proc = _train(*cmd)
+    proc = _train_here(*cmd)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0  # the sweep reports the failure ...
     assert "skipped (finished)" in out and "failed" in out and "truncated or not a torch checkpoint" in out
@@ -180,7 +186,7 @@ def test_basic_multirun_failure_rerun_and_compare(tmp_path, capsys):
 
     ckpt.unlink()  # the cause removed: that job starts over (its old evaluation with it, as a run
     shutil.rmtree(bad / "eval")  # folder with results but no checkpoint is refused: tests/test_faults.py)
-    proc = _train(*cmd)
+    proc = _train_here(*cmd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (proc.stdout + proc.stderr).count("skipped (finished)") == 1
     assert not (bad / "failed.txt").exists() and (bad / "summary.json").exists()
