@@ -20,10 +20,10 @@ demo: $(STAMP)  ## train the default small model on CPU (a few minutes) and writ
 	$(PY) train.py device=cpu
 
 test: $(STAMP)  ## the full test suite (what CI runs): every core (pytest-xdist), random order (pytest-randomly)
-	$(PY) -m pytest -q -n auto --durations=30  # the 30 slowest tests are listed: keep the suite inside its 10-minute budget
+	$(PY) -m pytest -q -n auto --dist worksteal --durations=30  # the 30 slowest tests are listed: keep the suite inside its 10-minute budget
 
 test-fast: $(STAMP)  ## the development loop (under 3 minutes on 2 cores): the suite without the tests marked slow
-	$(PY) -m pytest -q -n auto -m "not slow"
+	$(PY) -m pytest -q -n auto --dist worksteal -m "not slow"
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

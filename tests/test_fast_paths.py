@@ -205,7 +205,13 @@ def test_compiled_training_matches_eager(tmp_path):
     from ssa_repro.training.trainer import train
 
     # one prompt length (curriculum.start = end): one compiled graph, not a recompile per curriculum stage
-    base = ("scorer=ssa", "evaluation.enabled=false", "train.steps=4", "curriculum.start=4", "curriculum.end=4")
+    base = (
+        "scorer=ssa",
+        "evaluation.enabled=false",
+        "train.steps=4",
+        "curriculum.start=4",
+        "curriculum.end=4",
+    )
     train(make_cfg(*base), tmp_path / "eager")
     train(make_cfg(*base, "train.compile=true"), tmp_path / "compiled")
     a = read_metrics(tmp_path / "eager" / "metrics.jsonl")

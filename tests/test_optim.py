@@ -77,7 +77,9 @@ def test_grad_accum_logs_the_mean_of_its_micro_batch_losses(tmp_path):
     stage = curriculum.stage(cfg.curriculum, 0)
     with torch.no_grad():
         micro = [
-            s.task.training_loss(s.model, trainer.draw_batch(s.task, i, cfg.train.batch_size, stage, s.gen, s.device))
+            s.task.training_loss(
+                s.model, trainer.draw_batch(s.task, i, cfg.train.batch_size, stage, s.gen, s.device)
+            )
             for i in (0, 1)
         ]
     assert rows[0]["loss"] == pytest.approx(float(sum(micro)) / 2, rel=1e-5)

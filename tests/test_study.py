@@ -56,7 +56,7 @@ def test_the_quick_study_inherits_and_replaces_lists():
     quick, full = study.load("quick"), study.load("icl_cpu")
     assert quick.name == "quick" and list(quick.seeds) == [0, 1]
     assert quick.tasks == full.tasks and quick.archs == full.archs  # inherited
-    assert "train.steps=40" in quick.base and "train.steps=3000" not in quick.base  # replaced, not appended
+    assert "train.steps=20" in quick.base and "train.steps=3000" not in quick.base  # replaced, not appended
 
 
 def test_the_length_study_has_the_seeds_its_paired_tests_need():
@@ -116,7 +116,7 @@ def check_report(root: Path, out: Path) -> None:
     text = path.read_text()
     for section in ("## Findings", "## The paper's claims", "**Decision rule**", "## Setup", "## Missing"):
         assert section in text
-    assert "commit" in text and "train.steps=40" in text and "trained at commit" in text
+    assert "commit" in text and "train.steps=20" in text and "trained at commit" in text
     figures = list((out / "quick").glob("*.png"))
     assert figures and all(f.stat().st_size > 1000 for f in figures)
     csvs = {
