@@ -20,7 +20,8 @@ demo: $(STAMP)  ## train the default small model on CPU (a few minutes) and writ
 	$(PY) train.py device=cpu
 
 test: $(STAMP)  ## the full test suite (what CI runs): every core (pytest-xdist), random order (pytest-randomly)
-	$(PY) -m pytest -q -n auto --dist worksteal --durations=30  # the 30 slowest tests are listed: keep the suite inside its 10-minute budget
+	@seed=$$(od -An -N2 -tu2 /dev/urandom | tr -d ' '); echo "random order: rerun it with --randomly-seed=$$seed"; \
+	$(PY) -m pytest -q -n auto --dist worksteal --durations=30 --randomly-seed=$$seed  # the 30 slowest tests are listed: keep the suite inside its 10-minute budget
 
 test-fast: $(STAMP)  ## the development loop (under 3 minutes on 2 cores): the suite without the tests marked slow
 	$(PY) -m pytest -q -n auto --dist worksteal -m "not slow"

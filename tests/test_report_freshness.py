@@ -117,7 +117,7 @@ def test_a_report_regenerated_from_its_csvs_equals_the_one_from_its_runs(tmp_pat
         "(changed or untracked: `conf/y.yaml`, `x.py`); **the runs span several commits**. Starts by "
         "device: cpu 2, cuda (NVIDIA H200) 1."
     )
-    assert first[0].startswith("# quick: ") and "trained for 40 steps on CPUs and GPUs can show" in first[0]
+    assert first[0].startswith("# quick: ") and "trained for 20 steps on CPUs and GPUs can show" in first[0]
     assert first[2].endswith("Study wall time: 15 min over 2 invocations.")
     shutil.rmtree(root)  # nothing of the runs is read again
     second = report.from_csv(
