@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ssa_repro.evaluation.intervals import log_scale, seed_interval, summarize, wilson
+from ssa_repro.stats.intervals import log_scale, seed_interval, summarize, wilson
 
 Z = stats.norm.ppf(0.975)
 

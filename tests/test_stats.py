@@ -1,4 +1,4 @@
-"""The paired statistics (ssa_repro/evaluation/stats.py) against independent computations: sign flips
+"""The paired statistics (ssa_repro/stats/) against independent computations: sign flips
 enumerated with itertools and scipy's permutation_test, a simulated null, the exact multinomial
 bootstrap distribution, bootstrap coverage by simulation, Fisher's test summed from the hypergeometric
 pmf, Holm against statsmodels, power against the noncentral t, and the tables against the functions
@@ -15,8 +15,8 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from ssa_repro.evaluation.intervals import seed_interval
-from ssa_repro.evaluation.stats import (
+from ssa_repro.stats.intervals import seed_interval
+from ssa_repro.stats import (
     CONTRADICTED,
     MARGINS,
     UNDERPOWERED,

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from ssa_repro import config
 from ssa_repro.evaluation.inference import predict
-from ssa_repro.evaluation.intervals import summarize
+from ssa_repro.stats.intervals import summarize
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.runner import check, evaluate

@@ -1,7 +1,7 @@
 """The decision rule's simulated error rates, the bootstrap's coverage and the power for the study's
 effect sizes: ``python scripts/stats_table.py [--write docs/statistics.md] [--n-sim 2000]``.
 
-Prints markdown tables computed with ``ssa_repro/evaluation/stats.py`` (simulate_rule,
+Prints markdown tables computed with ``ssa_repro/stats/`` (simulate_rule,
 seed_bootstrap_many, paired_bootstrap, power_paired, seeds_needed, fraction_test); with ``--write``
 the tables replace the block between the ``BEGIN``/``END stats_table.py`` markers of that page, so the
 numbers in docs/statistics.md are generated, never typed. Everything is seeded: the same command gives
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ssa_repro.core.atomic import write_text
-from ssa_repro.evaluation.stats import (
+from ssa_repro.stats import (
     MARGINS,
     METRIC_SCALES,
     expanded_level,

@@ -42,7 +42,7 @@ from matplotlib.patches import Patch
 from ssa_repro.core import plotting
 from ssa_repro.data import childes
 from ssa_repro.data.paths import resolve_root
-from ssa_repro.evaluation.intervals import wilson
+from ssa_repro.stats.intervals import wilson
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.tasks.mlm import logits_at
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ssa_repro.evaluation.intervals import seed_interval
+from ssa_repro.stats.intervals import seed_interval
 
 
 def over_seeds(per_run: pd.DataFrame, by: list[str], kind: str) -> pd.DataFrame:

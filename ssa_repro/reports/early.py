@@ -14,7 +14,7 @@ as ``<out>/<name>/per_seed_<part>.csv`` and read back before anything is compute
   task (``item``) and shots (``method`` = ``0-shot`` …) the accuracy (``task_accuracy``: acc_norm where
   lm-eval reports it, else acc; ``n`` = items) and what guessing scores (``chance``, ``majority``).
 
-Claims are paired contrasts over seeds (``reports/paired.py`` → ``evaluation/stats.py``): at the last
+Claims are paired contrasts over seeds (``reports/paired.py`` → ``stats/``): at the last
 checkpoint, each SSA arm − softmax on the items the paper names. The paper's "early learning" names its
 benchmarks (BabyBERTa's child-scale corpus, the small LM), not a point in training; whether SSA is ahead
 early in training is the study's own question, asked of the mean of the 12 at the first checkpoint.
@@ -33,8 +33,8 @@ import pandas as pd
 from scipy.stats import gmean
 
 from ssa_repro.core.plotting import plt, save
-from ssa_repro.evaluation import stats
-from ssa_repro.evaluation.intervals import seed_interval, wilson
+from ssa_repro import stats
+from ssa_repro.stats.intervals import seed_interval, wilson
 from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.evaluation.zorro import PAPER_TABLE3
 from ssa_repro.reports import paired

@@ -1,5 +1,5 @@
 """The study reports' common machinery: per-seed values read from a study's index, written as tidy CSVs,
-and claims decided by paired contrasts across seeds (``evaluation/stats.py``, docs/statistics.md).
+and claims decided by paired contrasts across seeds (``stats/``, docs/statistics.md).
 
 A study's ``index.csv`` has one row per job × evaluation (group, task, scorer, arch, train_sigma, seed,
 run_dir, evaluation key, protocol id). :func:`read_cells` reads every job's stored cells of one
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ssa_repro.core.atomic import write_bytes, write_text
-from ssa_repro.evaluation import stats
+from ssa_repro import stats
 from ssa_repro.evaluation.store import stored
 
 JOB_COLUMNS = ["group", "task", "scorer", "arch", "train_sigma", "seed"]

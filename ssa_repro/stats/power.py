@@ -1,0 +1,148 @@
+"""Error rates and power of the paired decision rule (docs/statistics.md): simulated seeds
+(:func:`simulate_rule`), the power of the paired test (:func:`power_paired`) and the seeds it needs
+(:func:`seeds_needed`, :func:`seeds_to_call`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+from statsmodels.stats.power import TTestPower
+
+from ssa_repro.stats.paired import (
+    CONTRADICTED,
+    UNDERPOWERED,
+    VERDICTS,
+    WITHIN,
+    YES,
+    Contrast,
+    expanded_level,
+    sign_flip_p,
+    verdict,
+)
+
+
+def overlap_rule(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> np.ndarray:
+    """The old rule (``reports/aggregate.separated``): call a difference when the arms' Student-t seed
+    intervals, mean ± t_{n−1} · s / √n each, do not overlap. a, b: ``[..., seeds]``; bool ``[...]``."""
+    n = a.shape[-1]
+    t = stats.t.ppf((1 + level) / 2, n - 1)
+    half_a = t * a.std(-1, ddof=1) / math.sqrt(n)
+    half_b = t * b.std(-1, ddof=1) / math.sqrt(n)
+    ma, mb = a.mean(-1), b.mean(-1)
+    return (mb - half_b > ma + half_a) | (ma - half_a > mb + half_b)
+
+
+def seed_bootstrap_many(
+    d: np.ndarray, *, n_boot: int = 2000, level: float = 0.95, expand: bool = True, rng=None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`paired_bootstrap`'s interval for per-seed differences, for many samples at once:
+    d ``[samples, seeds]`` → (low, high), each ``[samples]`` (the seeds resampled, the expanded
+    percentile interval); for simulations, where one call per sample would be slow."""
+    rng = np.random.default_rng(0) if rng is None else rng
+    k, n = d.shape
+    lvl = expanded_level(level, n) if expand else level
+    low, high = np.empty(k), np.empty(k)
+    chunk = max(1, 4_000_000 // (n_boot * n))
+    for start in range(0, k, chunk):
+        x = d[start : start + chunk]  # [c, seeds]
+        idx = rng.integers(0, n, size=(len(x), n_boot, n))  # [c, n_boot, seeds]
+        boot = x[np.arange(len(x))[:, None, None], idx].mean(-1)  # [c, n_boot]
+        low[start : start + chunk], high[start : start + chunk] = np.quantile(
+            boot, [(1 - lvl) / 2, (1 + lvl) / 2], axis=1
+        )
+    return low, high
+
+
+def simulate_rule(
+    n_seeds: int,
+    effect_sd: float,
+    rho: float = 0.0,
+    n_sim: int = 2000,
+    alpha: float = 0.05,
+    *,
+    margin: float = 0.0,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict:
+    """The decision rule's error rates on simulated seeds.
+
+    Per replication, n seed outcomes of two arms, (a_s, b_s) ~ N((0, Δ), [[1, ρ], [ρ, 1]]), Δ =
+    ``effect_sd`` in units of one arm's seed SD, ρ the within-seed correlation that pairing exploits
+    (the paired differences have SD √(2(1 − ρ))). The claim is b > a (``claimed_sign`` +1); ``margin``
+    is in seed-SD units. Returns the rates, over ``n_sim`` replications, of each verdict of
+    :func:`verdict` on the paired contrast (:func:`sign_flip_p`, and the interval of
+    :func:`seed_bootstrap_many`, the same as :func:`paired_bootstrap`'s) (``yes``, ``contradicted``, ``within``, ``underpowered``;
+    ``separated`` = yes + contradicted: with Δ = 0 the rule's two-sided type-I error), of the old
+    overlap rule (:func:`overlap_rule`: ``overlap``) and of the paired t test at α (``paired_t``).
+    """
+    if n_seeds < 2:
+        raise ValueError(f"n_seeds={n_seeds!r} must be at least 2")
+    if not -1 < rho < 1:
+        raise ValueError(f"rho={rho!r} must lie in (-1, 1)")
+    rng = np.random.default_rng(seed)
+    cov = np.array([[1.0, rho], [rho, 1.0]])
+    x = rng.multivariate_normal([0.0, effect_sd], cov, size=(n_sim, n_seeds))  # [n_sim, seeds, 2]
+    a, b = x[..., 0], x[..., 1]
+    d = b - a  # [n_sim, seeds]
+    low, high = seed_bootstrap_many(d, n_boot=n_boot, rng=rng)
+    counts = dict.fromkeys(VERDICTS, 0)
+    for i in range(n_sim):  # the rule itself, on each replication's contrast
+        c = Contrast(float(d[i].mean()), low[i], high[i], sign_flip_p(d[i]), n_seeds, ())
+        counts[verdict(c, margin=margin, claimed_sign=1, alpha=alpha)] += 1
+    t_p = stats.ttest_rel(b, a, axis=1).pvalue
+    rate = {k: v / n_sim for k, v in counts.items()}
+    return {
+        "n_seeds": n_seeds,
+        "effect_sd": effect_sd,
+        "rho": rho,
+        "n_sim": n_sim,
+        "alpha": alpha,
+        "margin": margin,
+        "yes": rate[YES],
+        "contradicted": rate[CONTRADICTED],
+        "separated": rate[YES] + rate[CONTRADICTED],
+        "within": rate[WITHIN],
+        "underpowered": rate[UNDERPOWERED],
+        "overlap": float(overlap_rule(a, b).mean()),
+        "paired_t": float((t_p < alpha).mean()),
+    }
+
+
+def power_paired(effect_sd: float, n_seeds: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided paired test at α for a standardised paired effect d_z = E[d]/sd(d)
+    (:attr:`Contrast.effect_size`; for two arms of seed SD σ, effect Δ and correlation ρ,
+    d_z = Δ / (σ √(2(1 − ρ)))): the paired t test's power, from the noncentral t
+    (``statsmodels`` ``TTestPower``), which the sign-flip test approaches; 0 where the exact sign-flip
+    test cannot reach α at all (its smallest two-sided p, 2^(1−n), is ≥ α: n ≤ 5 at α = 0.05)."""
+    if n_seeds < 2:
+        raise ValueError(f"n_seeds={n_seeds!r} must be at least 2")
+    if 2.0 ** (1 - n_seeds) >= alpha:
+        return 0.0
+    return float(TTestPower().power(effect_size=abs(effect_sd), nobs=n_seeds, alpha=alpha))
+
+
+def seeds_to_call(k: int = 1, alpha: float = 0.05) -> int:
+    """The fewest seeds whose exact sign-flip test can call a contrast in a Holm family of ``k``:
+    k · 2^(1−n) < α (its smallest two-sided p is 2^(1−n)); 6 for one contrast, 7 for 3, 10 for 14."""
+    n = 2
+    while k * 2.0 ** (1 - n) >= alpha:
+        n += 1
+    return n
+
+
+def seeds_needed(effect_sd: float, power: float = 0.8, alpha: float = 0.05) -> int:
+    """The fewest paired seeds with :func:`power_paired` ≥ ``power`` for d_z = ``effect_sd``."""
+    if not effect_sd:
+        raise ValueError("effect_sd=0: no number of seeds detects a zero effect")
+    # counted up from 2: statsmodels' solver does not converge for very large d_z (returns NaN or fails)
+    n = 2
+    while power_paired(effect_sd, n, alpha) < power:  # the exact test's floor, and rounding
+        n += 1
+    return n
+
+
+# ------------------------------------------------------------------------------------------------
+# tidy tables
