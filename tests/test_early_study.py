@@ -18,11 +18,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from ssa_repro import stats
 from ssa_repro.cli import study
 from ssa_repro.cli.run_study import main as study_main
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core.rundir import RunDir, RunFolderError
-from ssa_repro import stats
 from ssa_repro.evaluation.lm import chance
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.multiple_choice import Item

@@ -37,7 +37,11 @@ LAYERS = {
     "cli": 7,
     "launch": 7,
 }
-SIBLINGS = [("core", "stats"), ("scorers", "data"), ("training", "evaluation")]  # same layer, never importing each other
+SIBLINGS = [
+    ("core", "stats"),
+    ("scorers", "data"),
+    ("training", "evaluation"),
+]  # same layer, never importing each other
 
 
 def module_name(path: Path) -> str:

@@ -15,7 +15,6 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from ssa_repro.stats.intervals import seed_interval
 from ssa_repro.stats import (
     CONTRADICTED,
     MARGINS,
@@ -40,6 +39,7 @@ from ssa_repro.stats import (
     student_interval,
     verdict,
 )
+from ssa_repro.stats.intervals import seed_interval
 
 
 def enumerate_p(d, alternative):

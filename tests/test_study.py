@@ -17,10 +17,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from ssa_repro import stats
 from ssa_repro.cli import study
 from ssa_repro.cli.train_app import problems
 from ssa_repro.config import CONF_DIR
-from ssa_repro import stats
 from ssa_repro.reports import icl, paired, provenance
 from ssa_repro.reports import study as report
 from tests.conftest import HAVE_SHARED_DATA

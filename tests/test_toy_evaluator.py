@@ -19,11 +19,11 @@ from omegaconf import OmegaConf
 
 from ssa_repro import config
 from ssa_repro.evaluation.inference import predict
-from ssa_repro.stats.intervals import summarize
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.runner import check, evaluate
 from ssa_repro.reports import compare
+from ssa_repro.stats.intervals import summarize
 from ssa_repro.tasks import TASKS
 from ssa_repro.tasks.base import Prompts
 from ssa_repro.training.trainer import train

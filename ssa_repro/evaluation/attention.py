@@ -31,10 +31,10 @@ import torch
 from ssa_repro.core import plotting
 from ssa_repro.core.atomic import atomic_path
 from ssa_repro.evaluation.deviant import attention_chunk, draw_map, insert, token_labels
-from ssa_repro.stats.intervals import summarize
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.models.positions import position_limit
+from ssa_repro.stats.intervals import summarize
 from ssa_repro.tasks.base import Batch, Prompts
 
 log = logging.getLogger("ssa_repro.evaluate")

@@ -62,10 +62,10 @@ from matplotlib.colors import PowerNorm
 from ssa_repro.core import plotting
 from ssa_repro.core.enums import value_of
 from ssa_repro.evaluation.inference import MAX_ATTENTION_ELEMENTS
-from ssa_repro.stats.intervals import summarize
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.models.positions import position_limit
+from ssa_repro.stats.intervals import summarize
 from ssa_repro.tasks.base import Batch
 
 log = logging.getLogger("ssa_repro.evaluate")

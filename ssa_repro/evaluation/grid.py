@@ -40,10 +40,10 @@ import torch
 
 from ssa_repro.core import plotting
 from ssa_repro.evaluation.inference import predict, predict_batches
-from ssa_repro.stats.intervals import summarize
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.models.positions import position_limit, without_table
+from ssa_repro.stats.intervals import summarize
 from ssa_repro.tasks.base import Grid, Prompts
 from ssa_repro.tasks.baselines import BASELINES
 from ssa_repro.tasks.baselines import problems as baseline_problems

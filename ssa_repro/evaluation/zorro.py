@@ -42,8 +42,8 @@ from matplotlib.patches import Patch
 from ssa_repro.core import plotting
 from ssa_repro.data import childes
 from ssa_repro.data.paths import resolve_root
-from ssa_repro.stats.intervals import wilson
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
+from ssa_repro.stats.intervals import wilson
 from ssa_repro.tasks.mlm import logits_at
 
 log = logging.getLogger("ssa_repro.evaluate")

@@ -32,9 +32,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import gmean
 
-from ssa_repro.core.plotting import plt, save
 from ssa_repro import stats
-from ssa_repro.stats.intervals import seed_interval, wilson
+from ssa_repro.core.plotting import plt, save
 from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.evaluation.zorro import PAPER_TABLE3
 from ssa_repro.reports import paired
@@ -49,6 +48,7 @@ from ssa_repro.reports.study import (
     section,
 )
 from ssa_repro.reports.tables import markdown_table
+from ssa_repro.stats.intervals import seed_interval, wilson
 from ssa_repro.tasks import TASKS
 
 COLUMNS = [*JOB_COLUMNS, "evaluation", "step", "method", "item", "metric", "n", "value"]

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ssa_repro.core.plotting import plt, save
 from ssa_repro import stats
+from ssa_repro.core.plotting import plt, save
 from ssa_repro.reports import paired
 from ssa_repro.reports.paired import Claim, Spec
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ssa_repro.core.atomic import write_bytes, write_text
 from ssa_repro import stats
+from ssa_repro.core.atomic import write_bytes, write_text
 from ssa_repro.evaluation.store import stored
 
 JOB_COLUMNS = ["group", "task", "scorer", "arch", "train_sigma", "seed"]

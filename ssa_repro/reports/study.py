@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ssa_repro.core.atomic import write_text
 from ssa_repro import stats
+from ssa_repro.core.atomic import write_text
 from ssa_repro.reports import icl, paired, provenance
 from ssa_repro.reports.tables import markdown_table
 

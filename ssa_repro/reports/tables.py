@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from ssa_repro.stats.intervals import seed_interval
 from ssa_repro.reports.aggregate import separated
 from ssa_repro.reports.difference import resolve_baseline
 from ssa_repro.reports.results import fmt
+from ssa_repro.stats.intervals import seed_interval
 
 
 def _run_stats(comp, label: str) -> pd.DataFrame:

@@ -11,50 +11,50 @@ command and ``ssa-stats-table`` use it, evaluators use :mod:`ssa_repro.stats.int
 ``from ssa_repro import stats`` gives them all as ``stats.<name>``.
 """
 
-from ssa_repro.stats.paired import (  # noqa: F401
-    FLOOR,
-    SCALES,
-    ALTERNATIVES,
-    PROMPT_DESIGNS,
-    MAX_EXACT,
-    YES,
-    CONTRADICTED,
-    WITHIN,
-    UNDERPOWERED,
-    VERDICTS,
-    MARGINS,
-    Margin,
-    METRIC_SCALES,
-    sign_flip_p,
-    per_seed_differences,
-    expanded_level,
-    paired_bootstrap,
-    Contrast,
-    paired_contrast,
-    verdict,
-    student_interval,
-    holm,
-)
 from ssa_repro.stats.binary import (  # noqa: F401
     FractionTest,
     fraction_test,
     generalises,
 )
+from ssa_repro.stats.intervals import (  # noqa: F401
+    log_scale,
+    seed_interval,
+    summarize,
+    wilson,
+)
+from ssa_repro.stats.paired import (  # noqa: F401
+    ALTERNATIVES,
+    CONTRADICTED,
+    FLOOR,
+    MARGINS,
+    MAX_EXACT,
+    METRIC_SCALES,
+    PROMPT_DESIGNS,
+    SCALES,
+    UNDERPOWERED,
+    VERDICTS,
+    WITHIN,
+    YES,
+    Contrast,
+    Margin,
+    expanded_level,
+    holm,
+    paired_bootstrap,
+    paired_contrast,
+    per_seed_differences,
+    sign_flip_p,
+    student_interval,
+    verdict,
+)
 from ssa_repro.stats.power import (  # noqa: F401
     overlap_rule,
-    seed_bootstrap_many,
-    simulate_rule,
     power_paired,
-    seeds_to_call,
+    seed_bootstrap_many,
     seeds_needed,
+    seeds_to_call,
+    simulate_rule,
 )
 from ssa_repro.stats.tables import (  # noqa: F401
-    per_seed_frame,
     contrast_table,
-)
-from ssa_repro.stats.intervals import (  # noqa: F401
-    wilson,
-    log_scale,
-    summarize,
-    seed_interval,
+    per_seed_frame,
 )
