@@ -7,7 +7,7 @@ the options.
 
 import sys
 
-from ssa_repro.reports.compare import main
+from ssa_repro.cli.commands import compare
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(compare())

@@ -2,7 +2,7 @@
 
 import sys
 
-from ssa_repro.cli.lm_table import main
+from ssa_repro.cli.commands import lm_table
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(lm_table())

@@ -2,7 +2,7 @@
 
 import sys
 
-from ssa_repro.cli.stats_table import main
+from ssa_repro.cli.commands import stats_table
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(stats_table())

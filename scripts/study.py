@@ -2,7 +2,7 @@
 
 import sys
 
-from ssa_repro.cli.run_study import main
+from ssa_repro.cli.commands import study
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(study())

@@ -2,7 +2,7 @@
 
 import sys
 
-from ssa_repro.cli.wandb_dashboard import main
+from ssa_repro.cli.commands import wandb_dashboard
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(wandb_dashboard())

@@ -2,7 +2,7 @@
 
 import sys
 
-from ssa_repro.cli.zorro_table import main
+from ssa_repro.cli.commands import zorro_table
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(zorro_table())

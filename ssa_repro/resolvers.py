@@ -2,8 +2,7 @@
 
 ``ssa_job_dir``: a sweep job's folder name from its overrides (``job_dir``); ``ssa_eval_sweep_dir``:
 where an evaluation multirun's job logs go (``eval_sweep_dir``). See ssa_repro/cli/sweeps.py for the
-sweeps that use them. ``ssa_groups``: the config groups of one entry point, for its ``--help``
-(``config_groups``).
+sweeps that use them.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import os
 import re
 from pathlib import Path
 
-import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
@@ -63,24 +61,5 @@ def eval_sweep_dir(task_overrides, stamp: str) -> str:
     return str(Path(os.path.commonpath(paths)) / "eval_sweeps" / stamp)
 
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-
-
-def config_groups(primary: str, conf_dir: str | Path = CONF) -> str:
-    """``group: option, ...`` lines of the groups ``conf/<primary>.yaml``'s defaults list names and their
-    subgroups (``sweep/size``), read from conf/ as it is: an entry point's ``--help`` lists its own
-    groups, not another's (evaluate.py's ``eval``, the study matrices) nor the schemas."""
-    conf = Path(conf_dir)
-    defaults = yaml.safe_load((conf / f"{primary}.yaml").read_text())["defaults"]
-    lines = []
-    for group in (next(iter(d)) for d in defaults if isinstance(d, dict)):
-        for folder in sorted([conf / group, *(p for p in (conf / group).rglob("*") if p.is_dir())]):
-            options = sorted(p.stem for p in folder.glob("*.yaml"))
-            if options:
-                lines.append(f"{folder.relative_to(conf)}: {', '.join(options)}")
-    return "\n".join(lines)
-
-
 OmegaConf.register_new_resolver("ssa_job_dir", job_dir, replace=True)
-OmegaConf.register_new_resolver("ssa_groups", config_groups, replace=True)
 OmegaConf.register_new_resolver("ssa_eval_sweep_dir", eval_sweep_dir, replace=True)

@@ -8,18 +8,18 @@ asserted, only that it answers and prints the full description)."""
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import logging
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
-from ssa_repro.cli import evaluate_app, lm_table, stats_table, train_app, wandb_dashboard, zorro_table
+from ssa_repro.cli import arguments, commands, evaluate_app, study, train_app, wandb_dashboard
 from ssa_repro.core.rundir import RunDir
-from ssa_repro.reports import compare
+from ssa_repro.evaluation import zorro
 from tests.conftest import ROOT
 
 TINY = ["debug=tiny", "train.steps=2", "evaluation.enabled=false"]
@@ -76,17 +76,19 @@ def test_ssa_evaluate_evaluates_and_needs_a_run(tmp_path, fresh_hydra, monkeypat
 
 
 def test_train_py_and_evaluate_py_are_the_commands():
-    """One path: the scripts only call the apps' cli()."""
-    for script, app in (("train.py", "train_app"), ("evaluate.py", "evaluate_app")):
+    """One path: the scripts only call the commands (cli/commands.py), whose work is the apps' cli()."""
+    for script, command in (("train.py", "train"), ("evaluate.py", "evaluate")):
         text = (ROOT / script).read_text()
-        assert f"from ssa_repro.cli.{app} import cli" in text and "hydra" not in text.split('"""')[-1]
+        assert (
+            f"from ssa_repro.cli.commands import {command}" in text and "hydra" not in text.split('"""')[-1]
+        )
+    assert commands.HYDRA_WORK == {
+        "train": "ssa_repro.cli.train_app:cli",
+        "evaluate": "ssa_repro.cli.evaluate_app:cli",
+    }
 
 
 # ----------------------------------------------------------------------------- help texts
-def _first_paragraph(doc: str) -> str:
-    return " ".join(doc.split("\n\n")[0].split())
-
-
 def _help(main, capsys) -> str:
     with pytest.raises(SystemExit) as e:
         main(["--help"])
@@ -94,32 +96,66 @@ def _help(main, capsys) -> str:
     return " ".join(capsys.readouterr().out.split())
 
 
-@pytest.mark.parametrize("module", [stats_table, zorro_table, lm_table], ids=lambda m: m.__name__)
-def test_help_prints_the_whole_description(module, capsys):
-    text = _help(module.main, capsys)
-    whole = _first_paragraph(module.__doc__)
-    assert whole.endswith(".") and whole in text  # (before: the docstring's first line, cut mid-sentence)
-
-
-@pytest.mark.parametrize(
-    "main", [stats_table.main, zorro_table.main, lm_table.main, wandb_dashboard.main, compare.main]
-)
-def test_every_option_has_a_help_line(main, capsys, monkeypatch):
-    """Each option of the parser has its own help (before: the dashboard's --rows and --cols had none)."""
-    seen = []
-    real = argparse.ArgumentParser.parse_args
-
-    def spy(self, *args, **kwargs):
-        seen.append(self)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", spy)
-    text = _help(main, capsys)
-    (parser,) = seen
-    assert parser.description and parser.description.rstrip().endswith((".", ")")), parser.description
+@pytest.mark.parametrize("command", sorted(commands.WORK))
+def test_help_prints_the_whole_description_and_a_line_per_option(command, capsys):
+    """Each option of the parser has its own help (before: the dashboard's --rows and --cols had none),
+    and the description is whole (before: cut mid-sentence at the docstring's first line)."""
+    parser = commands.WORK[command][0]()
+    assert parser.prog == command
+    assert parser.description.rstrip().endswith((".", ")")), parser.description
     bare = [a.option_strings or [a.dest] for a in parser._actions if not a.help]
     assert bare == [], bare
-    assert "--help" in text
+    text = _help(lambda argv: commands.run(command, argv), capsys)
+    assert " ".join(parser.description.split()) in text and "--help" in text
+
+
+def test_a_usage_error_is_said_before_any_work(capsys):
+    """argparse refuses a wrong argument with the command's usage, exit status 2, before the work loads."""
+    with pytest.raises(SystemExit) as e:
+        commands.zorro_table(["run", "--method", "nope"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ssa-zorro-table") and "invalid choice: 'nope'" in err
+
+
+def test_restated_choices_match_their_owners():
+    """The parsers restate choices a deeper module owns (no torch before the arguments are read)."""
+    assert arguments.ZORRO_METHODS == zorro.METHODS
+    assert arguments.ENSEMBLE_MODES == study.ENSEMBLE_MODES
+    assert arguments.DASHBOARD_TIMEOUT == wandb_dashboard.TIMEOUT
+
+
+@pytest.mark.parametrize("primary", ["train", "evaluate"])
+def test_hydra_help_lists_usage_groups_and_defaults(primary, capsys):
+    """train.py/evaluate.py --help: the usage line of conf/<primary>.yaml, each group with its options
+    (the default marked), and where the keys are; the same text however --help is placed."""
+    for argv in (["--help"], ["task=linear", "-h"]):
+        with pytest.raises(SystemExit) as e:
+            getattr(commands, primary)(argv)
+        assert e.value.code == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: python {primary}.py ")
+        assert arguments.config_groups(primary) in out and "--cfg job" in out
+    assert "scorer: " in arguments.hydra_help("train") and "softmax*" in arguments.hydra_help("train")
+
+
+def test_help_loads_no_heavy_library():
+    """Every installed command's --help (and train.py's, evaluate.py's) answers before torch, pandas,
+    seaborn, matplotlib, scipy or statsmodels load: in a fresh interpreter, where they are seen in
+    sys.modules afterwards (before: 5-22 s, those imports)."""
+    code = """
+import contextlib, io, sys
+from importlib.metadata import entry_points
+heavy = ("torch", "pandas", "seaborn", "matplotlib", "scipy", "statsmodels", "transformers", "wandb")
+names = sorted(e.name for e in entry_points(group="console_scripts") if e.name.startswith("ssa-"))
+for e in entry_points(group="console_scripts"):
+    if e.name in names:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+            e.load()(["--help"])
+print(len(names), sorted({m.split(".")[0] for m in sys.modules} & set(heavy)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["9", "[]"], out
 
 
 # ----------------------------------------------------------------------------- compare: kinds
@@ -133,7 +169,7 @@ def _fake_run(folder: Path, task: str) -> Path:
 def test_comparing_runs_of_different_kinds_is_one_line(corpus, tmp_path, capsys):
     a = _fake_run(tmp_path / "a", corpus)
     b = _fake_run(tmp_path / "b", "linear")
-    assert compare.main([str(a), str(b)]) == 2
+    assert commands.compare([str(a), str(b)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("Error: the runs are of different kinds")
     assert f"task={corpus}: a" in err and "task=linear: b" in err
@@ -143,11 +179,7 @@ def test_comparing_runs_of_different_kinds_is_one_line(corpus, tmp_path, capsys)
 COMMANDS = {
     "ssa-train": "== Configuration groups ==",
     "ssa-evaluate": "== Configuration groups ==",
-    "ssa-compare": compare.parser().description,
-    "ssa-stats-table": _first_paragraph(stats_table.__doc__),
-    "ssa-zorro-table": _first_paragraph(zorro_table.__doc__),
-    "ssa-lm-table": _first_paragraph(lm_table.__doc__),
-    "ssa-wandb-dashboard": "Create a W&B workspace comparing softmax and SSA for one sweep",
+    **{c: " ".join(parser().description.split()) for c, (parser, _) in commands.WORK.items()},
 }
 
 

@@ -11,10 +11,10 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from ssa_repro.cli.arguments import config_groups
 from ssa_repro.cli.train_app import check as check_run
 from ssa_repro.cli.train_app import problems
 from ssa_repro.models import MODELS
-from ssa_repro.resolvers import config_groups
 from ssa_repro.scorers import SCORERS
 from ssa_repro.tasks import TASKS
 from ssa_repro.training.validate import ConfigError
@@ -368,9 +368,15 @@ def test_help_lists_each_entry_points_own_groups(tmp_path):
     train = dict(line.split(": ", 1) for line in config_groups("train").splitlines())
     assert {"model", "scorer", "task", "evaluation", "sweep/size", "debug"} <= set(train)
     assert not {"eval", "study"} & set(train) and not any(g.startswith("schema") for g in train)
-    assert train["curriculum"].split(", ") == sorted(p.stem for p in (CONF / "curriculum").glob("*.yaml"))
+    assert [o.rstrip("*") for o in train["curriculum"].split(", ")] == sorted(
+        p.stem for p in (CONF / "curriculum").glob("*.yaml")
+    )
+    # the default of each group is marked (conf/train.yaml's defaults list), and only it
+    assert [o for o in train["scorer"].split(", ") if o.endswith("*")] == ["softmax*"]
+    assert [o for o in train["curriculum"].split(", ") if o.endswith("*")] == ["default*"]
+    assert not [o for o in train["sweep"].split(", ") if o.endswith("*")]  # sweep: null
     evaluate = dict(line.split(": ", 1) for line in config_groups("evaluate").splitlines())
-    assert list(evaluate) == ["eval"] and "shift" in evaluate["eval"].split(", ")
+    assert list(evaluate) == ["eval"] and {"shift", "default*"} <= set(evaluate["eval"].split(", "))
     conf = tmp_path / "conf"
     shutil.copytree(CONF, conf)
     (conf / "curriculum" / "steep.yaml").write_text("start: 3\n")

@@ -14,6 +14,7 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
+from ssa_repro.cli import commands
 from tests.conftest import ROOT
 
 tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
@@ -27,7 +28,7 @@ WRAPPERS = {
     "ssa-get-data": "get_data.py",
     "ssa-stats-table": "stats_table.py",
     "ssa-wandb-dashboard": "wandb_dashboard.py",
-    "ssa-train": "../train.py",  # the Hydra entries: their commands are the apps' cli()
+    "ssa-train": "../train.py",  # the Hydra entries (their work: the apps' cli())
     "ssa-evaluate": "../evaluate.py",
 }
 
@@ -39,8 +40,22 @@ def test_every_user_script_has_a_command():
 @pytest.mark.parametrize("command", sorted(WRAPPERS))
 def test_entry_point_resolves_to_a_callable_in_the_package(command):
     entry = EntryPoint(command, SCRIPTS[command], "console_scripts")
-    assert entry.module.startswith("ssa_repro.") and entry.attr in ("main", "cli"), entry
-    assert callable(entry.load())
+    assert entry.module.startswith("ssa_repro.") and callable(entry.load()), entry
+
+
+def test_the_work_of_every_command_resolves():
+    """cli/commands.py names the module and function that do each command's work (imported after the
+    arguments are read): every name resolves to a callable, in the package's top layers."""
+    targets = [target for _, target in commands.WORK.values()] + list(commands.HYDRA_WORK.values())
+    for target in targets:
+        assert target.startswith(("ssa_repro.cli.", "ssa_repro.reports.")), target
+        assert callable(commands.load(target)), target
+    assert set(commands.WORK) == {
+        c for c, t in SCRIPTS.items() if t.startswith("ssa_repro.cli.commands:")
+    } - {
+        "ssa-train",
+        "ssa-evaluate",
+    }
 
 
 @pytest.mark.parametrize("command", sorted(WRAPPERS))

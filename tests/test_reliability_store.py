@@ -17,12 +17,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from ssa_repro.cli import commands
 from ssa_repro.evaluation.grid import GridConfig
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.runner import evaluate
 from ssa_repro.evaluation.store import StoreError, stored
 from ssa_repro.evaluation.stored_files import DamagedFile, read_part, read_protocol
-from ssa_repro.reports import compare
 from ssa_repro.training.trainer import train
 from tests.conftest import make_cfg
 
@@ -207,7 +207,7 @@ def test_compare_leaves_damaged_files_in_place_and_says_what_it_leaves_out(run, 
     (store.dir / "protocol.json").write_bytes(b'{"evaluation": "gr')  # and then its protocol.json
     before = files(run)
     with caplog.at_level(logging.WARNING):
-        code = compare.main([str(run), str(other), "--eval", "grid", "--out", str(run.parent / "cmp")])
+        code = commands.compare([str(run), str(other), "--eval", "grid", "--out", str(run.parent / "cmp")])
     assert code == 2  # refused in words (no traceback): the protocol is not stored in every run
     assert "is stored in every run" in capsys.readouterr().err
     assert "protocol.json (the settings of the stored cells beside it) is damaged: not JSON" in caplog.text

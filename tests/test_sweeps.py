@@ -19,6 +19,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from ssa_repro.cli import commands
 from ssa_repro.cli.sweeps import MAX_DIR, job_dir
 from ssa_repro.evaluation.store import stored
 from ssa_repro.reports import compare
@@ -180,7 +181,7 @@ def test_basic_multirun_failure_rerun_and_compare(tmp_path, capsys):
     comp = compare.collect([sweep])  # whatever finished is compared; the failed job is listed
     assert [g.seeds for g in comp.groups] == [[0]]
     assert comp.missing == [(str(bad), comp.missing[0][1])] and comp.missing[0][1].startswith("failed: ")
-    assert compare.main([str(sweep)]) == 0
+    assert commands.compare([str(sweep)]) == 0
     assert "failed: " in (sweep / "compare" / "summary.md").read_text()
     capsys.readouterr()
 

@@ -16,7 +16,7 @@ import pytest
 import wandb
 from omegaconf import OmegaConf
 
-from ssa_repro.cli import train_app, wandb_dashboard
+from ssa_repro.cli import commands, train_app
 from ssa_repro.core import tracking
 from tests.conftest import make_cfg
 
@@ -196,7 +196,7 @@ def error_server(monkeypatch, tmp_path):
 
 def test_dashboard_stops_with_an_error_against_a_server_that_answers_errors(error_server, capsys):
     """Before: no output for more than 5 minutes (wandb retries HTTP 500s for hours)."""
-    code = wandb_dashboard.main(["team/project", "sweep", "--timeout", "3"])
+    code = commands.wandb_dashboard(["team/project", "sweep", "--timeout", "3"])
     err = capsys.readouterr().err
     assert code == 2, err
     last = err.strip().splitlines()[-1]
@@ -210,11 +210,11 @@ def test_dashboard_without_a_key_does_not_advise_logger_options(monkeypatch, tmp
     monkeypatch.delenv("WANDB_IDENTITY_TOKEN_FILE", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
-    assert wandb_dashboard.main(["team/project", "sweep"]) == 2
+    assert commands.wandb_dashboard(["team/project", "sweep"]) == 2
     err = capsys.readouterr().err
     assert "needs a W&B API key" in err and "logger." not in err and "WANDB_API_KEY" in err
 
 
 def test_dashboard_timeout_must_be_positive(capsys):
-    assert wandb_dashboard.main(["team/project", "sweep", "--timeout", "0"]) == 2
+    assert commands.wandb_dashboard(["team/project", "sweep", "--timeout", "0"]) == 2
     assert "--timeout=0.0 must be > 0" in capsys.readouterr().err

@@ -7,18 +7,10 @@ column per run (labelled by scorer) and number of shots. See ``ssa_repro/reports
 """
 
 import argparse
-import sys
 
 from ssa_repro.reports.lm_table import main as table_main
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    p.add_argument("paths", nargs="+", help="run folders or sweep folders (searched recursively)")
-    p.add_argument("--out", default=None, help="output folder (default: the first path)")
-    a = p.parse_args(argv)
+def run(a: argparse.Namespace) -> int:
+    """``ssa-lm-table``'s work on its parsed arguments (ssa_repro/cli/arguments.py ``lm_table``)."""
     return table_main(a.paths, a.out)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,14 +26,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ssa_repro.cli import study
+from ssa_repro.cli import arguments, commands, study
 from ssa_repro.core.atomic import storage_advice
 from ssa_repro.reports import early
 from ssa_repro.reports import study as icl_report
 
 REPORTS = {"icl": icl_report.write, "early": early.write}  # a study's `report` key -> its writer
 RENDERERS = {"icl": icl_report.render, "early": early.render}  # the same from per-seed CSVs (--from-csv)
-PUBLISHED = Path("docs") / "results"  # where --publish writes: the committed reports
 
 
 def report_of(cfg) -> str:
@@ -46,47 +45,14 @@ def report_of(cfg) -> str:
     return name
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("name", help="conf/study/<name>.yaml, or a path to a study file (.yaml)")
-    p.add_argument("--root", default=None, help="where the runs go (default: outputs/study/<name>)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--out", default=None, help="where the report goes (default: the study's --root)")
-    where.add_argument(
-        "--publish", action="store_true", help=f"write the report into {PUBLISHED} (the committed reports)"
-    )
-    p.add_argument(
-        "--jobs", type=int, default=2, help="jobs at a time (processes; threads split between them)"
-    )
-    p.add_argument(
-        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every job (e.g. device=cpu)"
-    )
-    p.add_argument("--report-only", action="store_true", help="only write the report from stored results")
-    p.add_argument(
-        "--from-csv",
-        default=None,
-        metavar="DIR",
-        help="with --report-only: the report from the per-seed CSVs and report_inputs.json in DIR (e.g. "
-        "docs/results/<name>) instead of the run folders",
-    )
-    p.add_argument(
-        "--ensembles",
-        choices=study.ENSEMBLE_MODES,
-        default="auto",
-        help="train the jobs that differ only in the seed as seed ensembles, one stacked model per group "
-        "(auto: on CUDA, where small models are launch-bound; on: also on a CPU, where it gains nothing)",
-    )
-    p.add_argument(
-        "--groups", nargs="*", default=None, metavar="GROUP", help="run only these groups (default: all)"
-    )
-    p.add_argument(
-        "--tasks",
-        nargs="*",
-        default=None,
-        metavar="TASK",
-        help="run only these of the study's tasks (e.g. every_num: a headline first; default: all)",
-    )
-    a = p.parse_args(argv)
+def main(argv: list[str] | None = None) -> int:
+    """``ssa-study`` from Python: the command line read as the command reads it (cli/commands.py)."""
+    return commands.study(argv)
+
+
+def run(a: argparse.Namespace) -> int:
+    """``ssa-study``'s work on its parsed arguments (ssa_repro/cli/arguments.py ``study``; ``a.argv``: the
+    command line, recorded in the report)."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
     if a.from_csv is not None and not a.report_only:
         raise SystemExit(f"Error: --from-csv {a.from_csv} needs --report-only (it trains nothing)")
@@ -116,8 +82,8 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
             return 130
-    out = PUBLISHED if a.publish else Path(a.out) if a.out else root
-    command = "python scripts/study.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    out = arguments.PUBLISHED if a.publish else Path(a.out) if a.out else root
+    command = "python scripts/study.py " + " ".join(a.argv)
     try:
         with storage_advice("--out <another folder>"):
             if a.from_csv is not None:  # no run folder is read: the CSVs and report_inputs.json are all
@@ -131,7 +97,3 @@ def main(argv=None) -> int:
         raise SystemExit(f"Error: study {cfg.name}: the report could not be written: {e}") from None
     print(f"report: {path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -191,11 +191,8 @@ def build(n_sim: int) -> str:
     return "\n\n".join(parts)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    p.add_argument("--write", default=None, help="a markdown page whose BEGIN/END block to replace")
-    p.add_argument("--n-sim", type=int, default=2000, help="replications per row (default 2000)")
-    a = p.parse_args(argv)
+def run(a: argparse.Namespace) -> int:
+    """``ssa-stats-table``'s work on its parsed arguments (ssa_repro/cli/arguments.py ``stats_table``)."""
     text = build(a.n_sim)
     print(text)
     if a.write:
@@ -207,7 +204,3 @@ def main(argv=None) -> int:
         tail = rest.split(END, 1)[1]
         write_text(page, f"{head}{BEGIN}\n{text}\n{END}{tail}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

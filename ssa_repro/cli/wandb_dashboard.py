@@ -25,6 +25,7 @@ import sys
 import threading
 from types import SimpleNamespace
 
+from ssa_repro.cli import arguments
 from ssa_repro.core import tracking
 
 HEATMAP = "ssa-repro-heatmap"
@@ -220,7 +221,7 @@ def build_workspace(
 
 
 NO_SERVER_HINT = "a workspace lives on the W&B server: fix this and run the command again"
-TIMEOUT = 60.0  # seconds for each server step (presets, saving): wandb itself retries errors for hours
+TIMEOUT = arguments.DASHBOARD_TIMEOUT  # seconds for each server step (presets, saving)
 
 
 class DashboardError(RuntimeError):
@@ -297,28 +298,9 @@ def create_presets(entity: str, timeout: float = TIMEOUT) -> None:
             print(f"chart preset {entity}/{name} exists: keeping it", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="ssa-wandb-dashboard",
-        description="Create a W&B workspace comparing softmax and SSA for one sweep (a W&B group): the "
-        "runs table grouped by scorer, heat maps and their difference, SSA's b and n, training curves. "
-        "Online only; needs the dashboard extra (pip install -e '.[dashboard]').",
-    )
-    ap.add_argument("path", help="entity/project")
-    ap.add_argument("group", help="the sweep's W&B group (its folder name)")
-    ap.add_argument("--eval", default="quick", help="evaluation whose grid is shown (default: quick)")
-    ap.add_argument(
-        "--rows", default="sigma_x", help="the heat maps' row axis, a grid column (default: sigma_x)"
-    )
-    ap.add_argument("--cols", default="length", help="the heat maps' column axis (default: length)")
-    ap.add_argument("--name", default=None, help="workspace name (default: '<group>: softmax vs SSA')")
-    ap.add_argument(
-        "--timeout",
-        type=float,
-        default=TIMEOUT,
-        help=f"seconds each server step may take before the command stops with an error (default: {TIMEOUT:g})",
-    )
-    args = ap.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``ssa-wandb-dashboard``'s work on its parsed arguments (ssa_repro/cli/arguments.py
+    ``wandb_dashboard``)."""
     if args.path.count("/") != 1:
         print(f"expected entity/project, got {args.path!r}", file=sys.stderr)
         return 2
@@ -342,7 +324,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(workspace.url)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,20 +8,10 @@ and ``zorro_table.png``/``.pdf`` (grouped bars, the paper's 12 probes highlighte
 """
 
 import argparse
-import sys
 
-from ssa_repro.evaluation.zorro import METHODS
 from ssa_repro.reports.zorro_table import main as table_main
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    p.add_argument("paths", nargs="+", help="run folders or sweep folders (searched recursively)")
-    p.add_argument("--method", default="pll", choices=METHODS, help="Zorro score (default: pll)")
-    p.add_argument("--out", default=None, help="output folder (default: the first path, if a sweep)")
-    a = p.parse_args(argv)
+def run(a: argparse.Namespace) -> int:
+    """``ssa-zorro-table``'s work on its parsed arguments (ssa_repro/cli/arguments.py ``zorro_table``)."""
     return table_main(a.paths, a.out, a.method)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

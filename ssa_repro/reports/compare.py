@@ -493,43 +493,6 @@ def _markdown_report(comp: Comparison, summary: pd.DataFrame, base, mode: str, h
 
 
 # ------------------------------------------------------------------------------------------ command
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description="Compare stored evaluation results of run folders, or of every job in a sweep folder: "
-        "side-by-side heat maps on one colour scale, a difference map against a baseline, a summary table "
-        "with seed intervals. A sweep is grouped by its overridden keys except seed; jobs without results "
-        "are listed and left out.",
-    )
-    p.add_argument("paths", nargs="+", help="run folders, or one sweep folder (outputs/multirun/<name>)")
-    p.add_argument(
-        "--eval",
-        default="auto",
-        help="auto (default: the task's paper protocol if every run has it, else the end-of-run quick one), "
-        "default, quick, an evaluation name (grid, deviant) or a protocol id",
-    )
-    p.add_argument("--metric", default=None, help="default: the task's headline metric (mse, sequence_error)")
-    p.add_argument("--out", default=None, help="output folder (default: <sweep>/compare, or beside the runs)")
-    p.add_argument(
-        "--baseline", default=None, help="label (or scorer) the difference map subtracts; default softmax"
-    )
-    p.add_argument(
-        "--difference",
-        default="auto",
-        choices=["auto", "diff", "log10_ratio"],
-        help="the difference map: diff (mean − baseline's mean), log10_ratio (log10 of their ratio), auto "
-        "(default: log10_ratio for metrics on a log scale such as MSE, else diff)",
-    )
-    p.add_argument(
-        "--group-by", default=None, help="for run lists: config keys whose runs are averaged as seeds"
-    )
-    p.add_argument(
-        "--at",
-        default=None,
-        help="key=value of a coordinate that is not an axis (e.g. length=40): the slice to compare",
-    )
-    return p
-
-
 # corpus tasks have their own tables, not heat maps: the paper's table 2 (lm) and table 3 (mlm)
 OWN_TABLES = {"lm": "the LM table (ssa-lm-table)", "mlm": "the Zorro table (ssa-zorro-table)"}
 
@@ -549,8 +512,8 @@ def kinds_problem(paths) -> str | None:
     return f"the runs are of different kinds and cannot be compared ({listed}); compare the {own}, the others on their own"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``ssa-compare``'s work on its parsed arguments (ssa_repro/cli/arguments.py ``compare``)."""
     mixed = kinds_problem(args.paths)
     if mixed:
         print(f"Error: {mixed}", file=sys.stderr)

@@ -1,0 +1,272 @@
+"""The command lines of the ``ssa-*`` commands, read before anything heavy loads.
+
+Every parser here is argparse and the standard library only (PyYAML for the config groups), so
+``--help`` and a wrong argument answer at once, before torch, pandas and seaborn (about 5 s of imports
+on a 2-core machine) load with the command's work, which :mod:`ssa_repro.cli.commands` loads by name
+after the arguments are read. ``train.py``/``evaluate.py`` are Hydra apps: their ``--help``
+(:func:`hydra_help`) lists the config groups from conf/ as the files stand, and points to ``--cfg job``
+for the composed config (composing it needs the schemas, which need torch). Choices that a deeper module
+owns (Zorro's scoring methods, the study's ensemble modes) are restated here and checked equal by
+tests/test_cli_feel.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+HELP_FLAGS = ("--help", "-h")  # Hydra's --hydra-help, --info, --cfg stay Hydra's
+ZORRO_METHODS = ("pll", "holistic")  # ssa_repro/evaluation/zorro.py METHODS
+ENSEMBLE_MODES = ("auto", "on", "off")  # ssa_repro/cli/study.py ENSEMBLE_MODES
+DASHBOARD_TIMEOUT = 60.0  # seconds for each W&B server step: wandb itself retries errors for hours
+PUBLISHED = Path("docs") / "results"  # where ssa-study --publish writes: the committed reports
+
+
+def _parser(prog: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
+        prog=prog,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter if epilog else argparse.HelpFormatter,
+    )
+
+
+def compare() -> argparse.ArgumentParser:
+    p = _parser(
+        "ssa-compare",
+        "Compare stored evaluation results of run folders, or of every job in a sweep folder: "
+        "side-by-side heat maps on one colour scale, a difference map against a baseline, a summary table "
+        "with seed intervals. A sweep is grouped by its overridden keys except seed; jobs without results "
+        "are listed and left out. LM and masked-LM runs get their own tables (ssa-lm-table, "
+        "ssa-zorro-table).",
+    )
+    p.add_argument("paths", nargs="+", help="run folders, or one sweep folder (outputs/multirun/<name>)")
+    p.add_argument(
+        "--eval",
+        default="auto",
+        help="auto (default: the task's paper protocol if every run has it, else the end-of-run quick one), "
+        "default, quick, an evaluation name (grid, deviant) or a protocol id",
+    )
+    p.add_argument("--metric", default=None, help="default: the task's headline metric (mse, sequence_error)")
+    p.add_argument("--out", default=None, help="output folder (default: <sweep>/compare, or beside the runs)")
+    p.add_argument(
+        "--baseline", default=None, help="label (or scorer) the difference map subtracts; default softmax"
+    )
+    p.add_argument(
+        "--difference",
+        default="auto",
+        choices=["auto", "diff", "log10_ratio"],
+        help="the difference map: diff (mean − baseline's mean), log10_ratio (log10 of their ratio), auto "
+        "(default: log10_ratio for metrics on a log scale such as MSE, else diff)",
+    )
+    p.add_argument(
+        "--group-by", default=None, help="for run lists: config keys whose runs are averaged as seeds"
+    )
+    p.add_argument(
+        "--at",
+        default=None,
+        help="key=value of a coordinate that is not an axis (e.g. length=40): the slice to compare",
+    )
+    return p
+
+
+STUDY_EXAMPLES = """\
+examples:
+  ssa-study icl_cpu                 train and evaluate every job (resumes), then the report
+  ssa-study icl_cpu --report-only   the report from what is stored
+  ssa-study quick                   the same pipeline on tiny settings (about a minute)
+  ssa-study icl_cpu --jobs 14 --set device=cpu      a many-core machine, CPU only
+  ssa-study early_cpu --groups curves_mlm           some groups only (the others' results kept)
+  ssa-study icl_cpu --groups architecture --tasks every_num   and some tasks only
+  ssa-study icl_cpu --report-only --publish         the committed report, docs/results/icl_cpu.md
+  ssa-study icl_cpu --report-only --from-csv docs/results/icl_cpu --publish
+                                    the committed report regenerated from its per-seed CSVs alone
+
+The matrix is conf/study/<name>.yaml (or a path to a study file), checked against its schema
+(ssa_repro/cli/study_schema.py) before anything runs. Runs go to outputs/study/<name>/ (--root); the
+report, <name>.md with its figures, goes there too (--out DIR elsewhere; --publish: docs/results/).
+The same command as python scripts/study.py. See docs/studies.md."""
+
+
+def study() -> argparse.ArgumentParser:
+    p = _parser(
+        "ssa-study",
+        "Run a study (a matrix of training jobs, each evaluated) and write its report; an interrupted "
+        "study resumes where it stopped when the same command is run again.",
+        STUDY_EXAMPLES,
+    )
+    p.add_argument("name", help="conf/study/<name>.yaml, or a path to a study file (.yaml)")
+    p.add_argument("--root", default=None, help="where the runs go (default: outputs/study/<name>)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--out", default=None, help="where the report goes (default: the study's --root)")
+    where.add_argument(
+        "--publish", action="store_true", help=f"write the report into {PUBLISHED} (the committed reports)"
+    )
+    p.add_argument(
+        "--jobs", type=int, default=2, help="jobs at a time (processes; threads split between them)"
+    )
+    p.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every job (e.g. device=cpu)"
+    )
+    p.add_argument("--report-only", action="store_true", help="only write the report from stored results")
+    p.add_argument(
+        "--from-csv",
+        default=None,
+        metavar="DIR",
+        help="with --report-only: the report from the per-seed CSVs and report_inputs.json in DIR (e.g. "
+        "docs/results/<name>) instead of the run folders",
+    )
+    p.add_argument(
+        "--ensembles",
+        choices=ENSEMBLE_MODES,
+        default="auto",
+        help="train the jobs that differ only in the seed as seed ensembles, one stacked model per group "
+        "(auto: on CUDA, where small models are launch-bound; on: also on a CPU, where it gains nothing)",
+    )
+    p.add_argument(
+        "--groups", nargs="*", default=None, metavar="GROUP", help="run only these groups (default: all)"
+    )
+    p.add_argument(
+        "--tasks",
+        nargs="*",
+        default=None,
+        metavar="TASK",
+        help="run only these of the study's tasks (e.g. every_num: a headline first; default: all)",
+    )
+    return p
+
+
+def stats_table() -> argparse.ArgumentParser:
+    p = _parser(
+        "ssa-stats-table",
+        "The decision rule's simulated error rates, the bootstrap's coverage and the power for the study's "
+        "effect sizes, as the markdown tables of docs/statistics.md: printed, and with --write put between "
+        "that page's BEGIN/END stats_table.py markers. Seeded: the same command gives the same numbers "
+        "(about a minute and a half on one CPU core).",
+    )
+    p.add_argument("--write", default=None, help="a markdown page whose BEGIN/END block to replace")
+    p.add_argument("--n-sim", type=int, default=2000, help="replications per row (default 2000)")
+    return p
+
+
+def zorro_table() -> argparse.ArgumentParser:
+    p = _parser(
+        "ssa-zorro-table",
+        "The paper's table 3 from Zorro results: reads the stored eval=zorro results of every task=mlm run "
+        "under each folder (python evaluate.py run_dir=... eval=zorro stores them), aggregates seeds per "
+        "scorer (mean, sd, count) and writes zorro_table.csv, zorro_table.md and zorro_table.png/.pdf "
+        "(grouped bars, the paper's 12 probes highlighted) into --out.",
+    )
+    p.add_argument("paths", nargs="+", help="run folders or sweep folders (searched recursively)")
+    p.add_argument("--method", default="pll", choices=ZORRO_METHODS, help="Zorro score (default: pll)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default: the first path when it is a sweep, else zorro_table/ beside that run)",
+    )
+    return p
+
+
+def lm_table() -> argparse.ArgumentParser:
+    p = _parser(
+        "ssa-lm-table",
+        "The paper's table 2 from LM results: reads the stored eval=lm results of every task=lm run under "
+        "each folder (python evaluate.py run_dir=... eval=lm stores them) and writes lm_table.csv and "
+        "lm_table.md into --out: perplexities, then each task's accuracy ± standard error, one column per "
+        "run (labelled by scorer) and number of shots.",
+    )
+    p.add_argument("paths", nargs="+", help="run folders or sweep folders (searched recursively)")
+    p.add_argument("--out", default=None, help="output folder (default: the first path)")
+    return p
+
+
+def wandb_dashboard() -> argparse.ArgumentParser:
+    p = _parser(
+        "ssa-wandb-dashboard",
+        "Create a W&B workspace comparing softmax and SSA for one sweep (a W&B group): the runs table "
+        "grouped by scorer, heat maps and their difference, SSA's b and n, training curves. Online only; "
+        "needs the dashboard extra (pip install -e '.[dashboard]').",
+    )
+    p.add_argument("path", help="entity/project")
+    p.add_argument("group", help="the sweep's W&B group (its folder name)")
+    p.add_argument("--eval", default="quick", help="evaluation whose grid is shown (default: quick)")
+    p.add_argument(
+        "--rows", default="sigma_x", help="the heat maps' row axis, a grid column (default: sigma_x)"
+    )
+    p.add_argument("--cols", default="length", help="the heat maps' column axis (default: length)")
+    p.add_argument("--name", default=None, help="workspace name (default: '<group>: softmax vs SSA')")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DASHBOARD_TIMEOUT,
+        help="seconds each server step may take before the command stops with an error "
+        f"(default: {DASHBOARD_TIMEOUT:g})",
+    )
+    return p
+
+
+# ------------------------------------------------------------------------------------- Hydra apps
+def config_groups(primary: str, conf_dir: str | Path = CONF) -> str:
+    """``group: option, ...`` lines of the groups ``conf/<primary>.yaml``'s defaults list names and their
+    subgroups (``sweep/size``), read from conf/ as it is, the default option marked ``*``: an entry
+    point's ``--help`` lists its own groups, not another's (evaluate.py's ``eval``, the study matrices)
+    nor the schemas."""
+    conf = Path(conf_dir)
+    defaults = yaml.safe_load((conf / f"{primary}.yaml").read_text())["defaults"]
+    chosen = {k: v for d in defaults if isinstance(d, dict) for k, v in d.items()}
+    lines = []
+    for group in chosen:
+        for folder in sorted([conf / group, *(p for p in (conf / group).rglob("*") if p.is_dir())]):
+            name = folder.relative_to(conf).as_posix()
+            options = [
+                f"{o}*" if o == chosen.get(name) else o for o in sorted(p.stem for p in folder.glob("*.yaml"))
+            ]
+            if options:
+                lines.append(f"{name}: {', '.join(options)}")
+    return "\n".join(lines)
+
+
+HYDRA_APPS = {"train": ("ssa-train", "train.py"), "evaluate": ("ssa-evaluate", "evaluate.py")}
+
+
+def hydra_help(primary: str, conf_dir: str | Path = CONF) -> str:
+    """The ``--help`` of ``train.py``/``evaluate.py``: the leading comment of ``conf/<primary>.yaml`` (its
+    usage line, then what the command does), its config groups (:func:`config_groups`) and where the keys are.
+    Hydra's own help would compose the config first (its group listing alone took 8 s here)."""
+    command, script = HYDRA_APPS[primary]
+    text = (Path(conf_dir) / f"{primary}.yaml").read_text().splitlines()
+    intro = []
+    for line in text:
+        if not line.startswith("#"):
+            break
+        intro.append(line[1:].strip())
+    return "\n".join(
+        [
+            f"usage: {intro[0] if intro else 'python ' + script}",
+            f"(the same as {command} ...)",
+            "",
+            *intro[1:],
+            "",
+            f"  python {script} ... --cfg job      print the composed config and stop",
+            f"  python {script} -m key=a,b ...     a sweep (Hydra multirun): one job per combination",
+            f"  python {script} --hydra-help       Hydra's own flags",
+            "",
+            "== Configuration groups ==",
+            "Compose your configuration from those groups (group=option; * marks the default)",
+            "",
+            config_groups(primary, conf_dir),
+            "",
+            "== Config ==",
+            "Override anything in the config (foo.bar=value). The keys, their types and defaults: the",
+            f"schemas in ssa_repro/core/schema.py and docs/configuration.md; `python {script} [overrides]",
+            "--cfg job` prints the config those overrides compose.",
+        ]
+    )
+
+
+def asks_help(argv: list[str]) -> bool:
+    """Whether a Hydra app's command line asks for its help (``--help``/``-h``)."""
+    return any(a in HELP_FLAGS for a in argv)
