@@ -42,6 +42,8 @@ CONTRADICTED = "contradicted"
 WITHIN = "not detected (within ±m)"
 UNDERPOWERED = "not detected (underpowered)"
 VERDICTS = (YES, CONTRADICTED, WITHIN, UNDERPOWERED)
+NONZERO_WITHIN = "non-zero, within ±m"  # only from verdict(..., inside_margin=True)
+ALL_VERDICTS = (*VERDICTS, NONZERO_WITHIN)
 
 MARGINS: dict[str, float] = {
     "sequence_error": 0.05,
@@ -348,7 +350,13 @@ def paired_contrast(
 
 
 def verdict(
-    contrast: Contrast, *, margin: float, claimed_sign: int, alpha: float = 0.05, p_adjusted=None
+    contrast: Contrast,
+    *,
+    margin: float,
+    claimed_sign: int,
+    alpha: float = 0.05,
+    p_adjusted=None,
+    inside_margin: bool = False,
 ) -> str:
     """The decision rule. With p = ``p_adjusted`` (Holm) if given, else the contrast's p-value:
 
@@ -362,6 +370,12 @@ def verdict(
       cannot be wider than the range of the d_s (3 seeds: it covers the mean ~75% of the time), so
       alone it would call equivalence too readily;
     - ``"not detected (underpowered)"``: otherwise (also without an interval, e.g. one seed).
+
+    With ``inside_margin=True`` (default False: the committed reports' rule), a contrast that would be
+    ``"yes"`` or ``"contradicted"`` but whose bootstrap interval and t interval both lie inside [−m, +m]
+    is ``"non-zero, within ±m"`` (:data:`NONZERO_WITHIN`): the sign-flip test rejects d = 0 *and* the
+    equivalence test rejects |d| ≥ m, so the effect is real but too small to matter (e.g. −0.011 ±
+    0.008 against a claimed decrease, m = 0.05: reported as this, not as "contradicted").
     """
     if claimed_sign not in (-1, 1):
         raise ValueError(f"claimed_sign={claimed_sign!r} must be +1 or -1 (the sign of the claimed b − a)")
@@ -372,15 +386,18 @@ def verdict(
     if math.isnan(low) or math.isnan(high):
         return UNDERPOWERED
     significant = p < alpha
-    if significant and (low > 0 if claimed_sign > 0 else high < 0):
-        return YES
-    if significant and (high < 0 if claimed_sign > 0 else low > 0):
-        return CONTRADICTED
-    if -margin <= low and high <= margin:
+
+    def inside() -> bool:  # both intervals inside [−m, m]: the equivalence (TOST-like) call
+        if not (-margin <= low and high <= margin):
+            return False
         t_low, t_high = student_interval(contrast.per_seed, contrast.level)
-        if -margin <= t_low and t_high <= margin:
-            return WITHIN
-    return UNDERPOWERED
+        return -margin <= t_low and t_high <= margin
+
+    if significant and (low > 0 or high < 0):
+        if inside_margin and inside():
+            return NONZERO_WITHIN
+        return YES if (low > 0) == (claimed_sign > 0) else CONTRADICTED
+    return WITHIN if inside() else UNDERPOWERED
 
 
 def student_interval(d, level: float = 0.95) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """Error rates and power of the paired decision rule (docs/statistics.md): simulated seeds
-(:func:`simulate_rule`), the power of the paired test (:func:`power_paired`) and the seeds it needs
-(:func:`seeds_needed`, :func:`seeds_to_call`).
+(:func:`simulate_rule`), the power of the paired test (:func:`power_paired`; from observed differences
+with ties, :func:`power_sign_flip`) and the seeds it needs (:func:`seeds_needed`, :func:`seeds_to_call`).
 """
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ from scipy import stats
 from statsmodels.stats.power import TTestPower
 
 from ssa_repro.stats.paired import (
+    ALTERNATIVES,
     CONTRADICTED,
     UNDERPOWERED,
     VERDICTS,
     WITHIN,
     YES,
     Contrast,
+    _check_choice,
+    _finite_1d,
     expanded_level,
     sign_flip_p,
     verdict,
@@ -90,7 +93,8 @@ def simulate_rule(
     low, high = seed_bootstrap_many(d, n_boot=n_boot, rng=rng)
     counts = dict.fromkeys(VERDICTS, 0)
     for i in range(n_sim):  # the rule itself, on each replication's contrast
-        c = Contrast(float(d[i].mean()), low[i], high[i], sign_flip_p(d[i]), n_seeds, ())
+        # per_seed: verdict's t interval needs the d_s (without them "within" was never called)
+        c = Contrast(float(d[i].mean()), low[i], high[i], sign_flip_p(d[i]), n_seeds, tuple(d[i]))
         counts[verdict(c, margin=margin, claimed_sign=1, alpha=alpha)] += 1
     t_p = stats.ttest_rel(b, a, axis=1).pvalue
     rate = {k: v / n_sim for k, v in counts.items()}
@@ -145,4 +149,90 @@ def seeds_needed(effect_sd: float, power: float = 0.8, alpha: float = 0.05) -> i
 
 
 # ------------------------------------------------------------------------------------------------
-# tidy tables
+# power from the observed paired differences, ties included
+
+EXACT_MANY = 12  # sign_flip_p_many enumerates all 2^n patterns at once up to this many seeds
+
+
+def sign_flip_p_many(d, alternative: str = "two-sided", *, n_resamples: int = 4000, rng=None) -> np.ndarray:
+    """:func:`sign_flip_p` for many samples at once: d ``[samples, seeds]`` → p ``[samples]``, for
+    simulations. Exact (all 2^n sign patterns, as :func:`sign_flip_p`) for n ≤ ``EXACT_MANY``; above,
+    ``n_resamples`` random sign patterns shared by all samples, p = (1 + #extreme)/(1 + n_resamples)
+    (a valid p-value for each sample)."""
+    _check_choice("alternative", alternative, ALTERNATIVES)
+    d = np.asarray(d, dtype=float)
+    if d.ndim != 2 or d.shape[1] == 0:
+        raise ValueError(f"d must be [samples, seeds], got shape {d.shape}")
+    k, n = d.shape
+    if n <= EXACT_MANY:
+        signs = 1.0 - 2.0 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)  # [2^n, seeds], ε=1 first
+        add, denom = 0, 2**n
+    else:
+        rng = np.random.default_rng(0) if rng is None else rng
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(n_resamples, n))
+        add, denom = 1, 1 + n_resamples
+    out = np.empty(k)
+    chunk = max(1, 4_000_000 // len(signs))
+    for start in range(0, k, chunk):
+        x = d[start : start + chunk]  # [c, seeds]
+        t = x @ signs.T  # [c, patterns]
+        obs = x.sum(1, keepdims=True)  # [c, 1]
+        tol = 1e-9 * np.maximum(np.abs(x).sum(1, keepdims=True), 1e-300)  # sign_flip_p's tolerance
+        if alternative == "greater":
+            hits = (t >= obs - tol).sum(1)
+        elif alternative == "less":
+            hits = (t <= obs + tol).sum(1)
+        else:
+            hits = (np.abs(t) >= np.abs(obs) - tol).sum(1)
+        out[start : start + chunk] = (add + hits) / denom
+    return out
+
+
+TIES = ("conditional", "resample")
+
+
+def power_sign_flip(
+    d,
+    alpha: float = 0.05,
+    *,
+    n_seeds: int | None = None,
+    ties: str = "conditional",
+    alternative: str = "two-sided",
+    n_sim: int = 4000,
+    seed: int = 0,
+) -> float:
+    """The power of the exact sign-flip test (:func:`sign_flip_p`, as the rule uses it) at level α when
+    the paired differences are drawn from the observed ones, zero differences (ties) included.
+
+    A zero d_s adds nothing to T(ε) = Σ ε_s d_s, so the test on n seeds with n₀ ties is the test on the
+    n − n₀ non-zero ones: its smallest p is 2^(1−(n−n₀)) (two-sided; 2^−(n−n₀) one-sided). With 3 ties
+    among 8 seeds that is 2^−4 = 0.0625 ≥ 0.05: the power is 0 whatever the effect, which the
+    noncentral-t power of d_z (:func:`power_paired`) does not see.
+
+    - ``ties="conditional"`` (default): the power of the test as run on these seeds, the ties held
+      fixed: n' = n − n₀ non-zero differences (scaled to ``n_seeds`` when given: round(n_seeds · n'/n));
+      0 if 2^(1−n') ≥ α (one-sided: 2^−n'), else the fraction of ``n_sim`` samples of n' differences
+      drawn with replacement from the non-zero d_s whose sign-flip p is < α.
+    - ``ties="resample"``: ``n_seeds`` (default n) differences drawn with replacement from all d_s, so
+      the number of ties varies as it would in a new run (the bootstrap power curve).
+
+    Like any power at the observed effect, it estimates the power for an effect the size of the one
+    seen; use it for planning the next run, not to reinterpret this one's p-value. For α/k (Holm's
+    first step in a family of k) pass ``alpha=α/k``.
+    """
+    _check_choice("ties", ties, TIES)
+    _check_choice("alternative", alternative, ALTERNATIVES)
+    d = _finite_1d(d)
+    if n_seeds is not None and (n_seeds < 1 or int(n_seeds) != n_seeds):
+        raise ValueError(f"n_seeds={n_seeds!r} must be a whole number >= 1")
+    rng = np.random.default_rng(seed)
+    floor = 1 if alternative == "two-sided" else 0  # smallest p = 2^(floor − n')
+    if ties == "conditional":
+        pool = d[d != 0]
+        n_nz = len(pool) if n_seeds is None else round(n_seeds * len(pool) / len(d))
+        if n_nz == 0 or 2.0 ** (floor - n_nz) >= alpha:
+            return 0.0
+    else:
+        pool, n_nz = d, len(d) if n_seeds is None else int(n_seeds)
+    draws = pool[rng.integers(0, len(pool), size=(n_sim, n_nz))]  # [n_sim, seeds]
+    return float((sign_flip_p_many(draws, alternative, rng=rng) < alpha).mean())

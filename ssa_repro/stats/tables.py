@@ -66,6 +66,7 @@ def contrast_table(
     level: float = 0.95,
     n_boot: int = 10_000,
     boot_seed: int = 0,
+    inside_margin: bool = False,
 ) -> pd.DataFrame:
     """One row per contrast: within each group of ``by`` (e.g. task, metric, σ, length), every arm of
     ``arm_col`` other than ``base`` against ``base``, paired by ``seed_col`` (and by ``prompt_col`` when
@@ -78,7 +79,8 @@ def contrast_table(
     ``margin`` and ``scale``: a value, a mapping by metric, or None for :data:`MARGINS` /
     :data:`METRIC_SCALES` by the group's ``metric_col`` value. ``claimed_sign``: ±1, or the name of a
     column holding it (constant within a contrast). Each (group, arm, seed[, prompt]) must hold one
-    value: a duplicate means a ``by`` column is missing.
+    value: a duplicate means a ``by`` column is missing. ``inside_margin``: :func:`verdict`'s option
+    (default False, the committed rule): a significant contrast inside ±m is "non-zero, within ±m".
     """
     by = [by] if isinstance(by, str) else list(by)
     family = list(family) if family is not None else []
@@ -181,7 +183,7 @@ def contrast_table(
     else:
         out["p_holm"] = holm(out["p_value"].to_numpy())
     out["verdict"] = [
-        verdict(c, margin=m, claimed_sign=s, alpha=alpha, p_adjusted=p)
+        verdict(c, margin=m, claimed_sign=s, alpha=alpha, p_adjusted=p, inside_margin=inside_margin)
         for c, m, s, p in zip(out["_contrast"], out["margin"], out["claimed_sign"], out["p_holm"])
     ]
     cols = [c for c in out.columns if c not in ("_contrast", "p_holm", "verdict")]
