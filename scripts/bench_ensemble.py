@@ -20,15 +20,29 @@ import tempfile
 import time
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-
-from ssa_repro.config import CONF_DIR
-from ssa_repro.training.ensemble import train_ensemble
-
 SIZES = {
     "2L/32": ["model.n_layer=2", "model.n_embd=32", "model.n_head=4"],
     "4L/64": ["model.n_layer=4", "model.n_embd=64", "model.n_head=4"],
 }
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    p.add_argument("--device", default="cuda", help="cuda (the point of ensembles) or cpu")
+    p.add_argument("--ks", type=int, nargs="+", default=[1, 8, 32, 128], help="ensemble sizes K")
+    p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES), help="model sizes")
+    p.add_argument("--scorers", nargs="+", default=["softmax", "ssa"], help="scorers (default: softmax ssa)")
+    p.add_argument("--steps", type=int, default=300, help="training steps of every run")
+    return p
+
+
+if __name__ == "__main__":
+    parser().parse_args()  # --help and usage errors answer here, before the imports below load torch
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from ssa_repro.config import CONF_DIR  # noqa: E402
+from ssa_repro.training.ensemble import train_ensemble  # noqa: E402
 
 
 def configs(size: str, scorer: str, k: int, steps: int, device: str) -> list:
@@ -50,13 +64,7 @@ def configs(size: str, scorer: str, k: int, steps: int, device: str) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    p.add_argument("--device", default="cuda", help="cuda (the point of ensembles) or cpu")
-    p.add_argument("--ks", type=int, nargs="+", default=[1, 8, 32, 128], help="ensemble sizes K")
-    p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
-    p.add_argument("--scorers", nargs="+", default=["softmax", "ssa"])
-    p.add_argument("--steps", type=int, default=300, help="training steps of every run")
-    args = p.parse_args(argv)
+    args = parser().parse_args(argv)
     print("| size | scorer | K | wall s | seed-steps/s | wall / K=1 |")
     print("|---|---|---:|---:|---:|---:|")
     for size in args.sizes:

@@ -23,11 +23,25 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
-from ssa_repro.core.atomic import write_text
-
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    p.add_argument("--out", default=str(ROOT / "docs" / "results"), help="folder of the dated report")
+    p.add_argument("--steps", type=int, default=1000, help="training steps of the paper-size run")
+    p.add_argument("--scorer", default="ssa", help="the scorer of the paper-size run (default: ssa)")
+    p.add_argument("--eval", default="quick", help="the evaluation after training (evaluate.py eval=...)")
+    return p
+
+
+if __name__ == "__main__":
+    parser().parse_args()  # --help and usage errors answer here, before the imports below load torch
+
+import torch  # noqa: E402
+
+from ssa_repro.core.atomic import write_text  # noqa: E402
+
 TAIL = 4000  # characters of each step's output kept in the report
 
 
@@ -70,12 +84,7 @@ def report(steps: list[dict], args, summary: dict | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    p.add_argument("--out", default=str(ROOT / "docs" / "results"), help="folder of the dated report")
-    p.add_argument("--steps", type=int, default=1000, help="training steps of the paper-size run")
-    p.add_argument("--scorer", default="ssa")
-    p.add_argument("--eval", default="quick", help="the evaluation after training (evaluate.py eval=...)")
-    args = p.parse_args(argv)
+    args = parser().parse_args(argv)
     if not torch.cuda.is_available():
         print(
             f"gpu-check: no CUDA GPU here (torch {torch.__version__}, built for CUDA {torch.version.cuda}): "

@@ -29,8 +29,19 @@ import re
 import sys
 from pathlib import Path
 
-from ssa_repro.reports import provenance
-from ssa_repro.reports.study import INPUTS
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="+", help="committed reports: docs/results/<name>.md")
+    p.add_argument("--force", action="store_true", help="overwrite an existing report_inputs.json")
+    return p
+
+
+if __name__ == "__main__":
+    parser().parse_args()  # --help and usage errors answer here, before the imports below load torch
+
+from ssa_repro.reports import provenance  # noqa: E402
+from ssa_repro.reports.study import INPUTS  # noqa: E402
 
 RESULTS = Path("docs") / "results"
 MORE = "(further paths not recorded: reconstructed from the report's header, which showed 5)"
@@ -108,10 +119,7 @@ def reconstruct(md: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("names", nargs="+", help="committed reports: docs/results/<name>.md")
-    p.add_argument("--force", action="store_true", help="overwrite an existing report_inputs.json")
-    a = p.parse_args(argv)
+    a = parser().parse_args(argv)
     for name in a.names:
         md, out = RESULTS / f"{name}.md", RESULTS / name / INPUTS
         if not md.is_file():

@@ -32,7 +32,30 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import matplotlib
+N_HEAD = 8  # the paper's heads per layer; saturation uses head 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path("outputs/scorer_report"), help="output folder")
+    p.add_argument(
+        "--reps", type=int, default=15, help="timed reps per variant (default 15: ~25 s in all on 2 cores)"
+    )
+    p.add_argument(
+        "--cost-shape",
+        type=int,
+        nargs=4,
+        default=[64, N_HEAD, 80, 32],
+        metavar=("B", "H", "T", "D"),
+        help="q, k, v shape [B, H, T, d_head] for the cost table",
+    )
+    return p
+
+
+if __name__ == "__main__":
+    parser().parse_args()  # --help and usage errors answer here, before the imports below load torch
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 
@@ -158,7 +181,6 @@ def step_costs(
 
 
 # ----------------------------------------------------------------------------- the report
-N_HEAD = 8  # the paper's heads per layer; saturation uses head 0
 GRID = [(16, 1.0), (16, 2.0), (16, 5.0), (16, 10.0), (16, 20.0), (80, 20.0)]  # (N, g)
 AVERAGE = "hybrid(heads=[average])"  # extra saturation row: uniform averaging
 NA = "n/a (scores q, k)"
@@ -412,20 +434,7 @@ def cost_section(scorers: dict[str, Scorer], shape, reps: int, out: Path):
 
 # ---------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> Path:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("outputs/scorer_report"))
-    p.add_argument(
-        "--reps", type=int, default=15, help="timed reps per variant (default 15: ~25 s in all on 2 cores)"
-    )
-    p.add_argument(
-        "--cost-shape",
-        type=int,
-        nargs=4,
-        default=[64, N_HEAD, 80, 32],
-        metavar=("B", "H", "T", "D"),
-        help="q, k, v shape [B, H, T, d_head] for the cost table",
-    )
-    args = p.parse_args(argv)
+    args = parser().parse_args(argv)
     t0 = time.perf_counter()
     out = args.out
     out.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ Only the standard library: it runs before the virtual environment exists.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
@@ -55,7 +56,10 @@ def choose(env=os.environ, which=shutil.which, reach=reachable) -> tuple[list[st
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args(argv)  # no options: --help prints the above, without probing the network
     args, why = choose()
     print(f"torch index: {why}", file=sys.stderr)
     print(" ".join(args))

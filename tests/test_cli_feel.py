@@ -158,6 +158,28 @@ print(len(names), sorted({m.split(".")[0] for m in sys.modules} & set(heavy)))
     assert out.split() == ["9", "[]"], out
 
 
+def test_scripts_help_loads_no_heavy_library():
+    """The same for every script in scripts/ (the developer tools too: the GPU check, the benches): each
+    answers --help before its heavy imports (a guard at the top parses the arguments first)."""
+    code = """
+import contextlib, io, runpy, sys
+heavy = ("torch", "pandas", "seaborn", "matplotlib", "scipy", "statsmodels", "transformers", "wandb")
+sys.argv = [sys.argv[1], "--help"]
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    runpy.run_path(sys.argv[0], run_name="__main__")
+print(sorted({m.split(".")[0] for m in sys.modules} & set(heavy)))
+"""
+    scripts = sorted((ROOT / "scripts").glob("*.py"))
+    assert len(scripts) >= 13
+    loaded = {
+        s.name: subprocess.run(
+            [sys.executable, "-c", code, str(s)], capture_output=True, text=True, check=True, cwd=ROOT
+        ).stdout.strip()
+        for s in scripts
+    }
+    assert {k: v for k, v in loaded.items() if v != "[]"} == {}
+
+
 # ----------------------------------------------------------------------------- compare: kinds
 def _fake_run(folder: Path, task: str) -> Path:
     folder.mkdir(parents=True)
