@@ -270,6 +270,9 @@ def test_the_command_line_multirun_trains_one_ensemble(tmp_path):
         assert (job / ".hydra" / "overrides.yaml").exists() and run.problems() == []
         summary = run.summary()
         assert summary["ensemble"] == 3
+        # the job's log says the ensemble trained it (before: "skipped (finished)", as if left out)
+        log_text = (job / "train.log").read_text()
+        assert "trained in a seed ensemble of 3" in log_text and "skipped" not in log_text
         separate = tmp_path / f"sep{s}"
         theirs = train_app.run_job(make_cfg(f"seed={s}"), separate)  # with its end-of-run evaluation
         a, b = read_metrics(run.metrics_file), read_metrics(RunDir(separate).metrics_file)

@@ -267,12 +267,11 @@ def train(
         prepared = run_state.prepare(cfg, run_dir)
     if prepared.finished is not None:
         if distributed.rank() == 0:
-            log.info(
-                "%s: skipped (finished): %s holds %d steps",
-                run_name(cfg),
-                run_dir,
-                prepared.finished["steps"],
-            )
+            done, k = prepared.finished, prepared.finished.get("ensemble")
+            # a seed ensemble trained this folder (hydra/launcher=ensemble) before its job runs: say so,
+            # not "skipped", which read as if the job had been left out
+            how = f"trained in a seed ensemble of {k}" if k else "skipped (finished)"
+            log.info("%s: %s: %s holds %d steps", run_name(cfg), how, run_dir, done["steps"])
         return prepared.finished
     state = prepared.checkpoint
     main = distributed.rank() == 0
