@@ -15,8 +15,9 @@ from omegaconf import OmegaConf
 from ssa_repro.evaluation import runner
 from ssa_repro.evaluation.grid import GridConfig, GridEvaluation, scale
 from ssa_repro.evaluation.loading import RunFolderError, load_run
+from ssa_repro.evaluation.presets import DefaultConfig, QuickConfig
 from ssa_repro.evaluation.progress import Progress
-from ssa_repro.evaluation.runner import DefaultConfig, QuickConfig, evaluate
+from ssa_repro.evaluation.runner import evaluate
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.evaluation.store import stored
 from ssa_repro.models import build_model
@@ -323,7 +324,7 @@ def test_check_names_keys_values_and_the_task(linear_run, every_run):
     assert "more than model.max_positions=64" in text and "eval.n_samples=0 must be >= 1" in text
     zorro = OmegaConf.structured(runner.EVALUATORS.schemas["zorro"])
     assert runner.check(lin, zorro) == [
-        "eval=zorro does not apply to task=linear; this task supports: grid, deviant, attention, boundary"
+        "eval=zorro does not apply to task=linear; this task supports: attention, boundary, deviant, grid"
     ]
 
 

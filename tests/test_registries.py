@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from ssa_repro.evaluation import EVALUATORS
+from ssa_repro.evaluation.presets import PRESETS
 from ssa_repro.scorers import SCORERS
 from ssa_repro.tasks import TASKS
 from tests.conftest import ROOT
@@ -70,7 +71,15 @@ def test_every_registered_name_has_an_option_and_every_option_a_registered_name(
     }
     extended = set(options(group).values())
     assert registered - extended == set(), f"registered without a conf/{group}/*.yaml option"
-    assert extended - registered == set(), f"conf/{group}/*.yaml extends a schema nobody registers"
+    # eval=default and eval=quick are presets (evaluation/presets.py): options, not registered evaluators
+    presets = set(PRESETS) if group == "eval" else set()
+    assert extended - registered == presets, f"conf/{group}/*.yaml extends a schema nobody registers"
+    assert not presets & set(registry.names()), "a preset is registered as an evaluator"
+
+
+def test_every_eval_option_is_an_evaluator_or_a_preset():
+    """``EVALUATORS.schemas`` (what the ``eval`` config group offers) is the evaluators' and the presets'."""
+    assert set(EVALUATORS.schemas) == set(EVALUATORS.names()) | set(PRESETS)
 
 
 @pytest.mark.parametrize("group", sorted(GROUPS))

@@ -21,8 +21,7 @@ from ssa_repro.cli import commands
 from ssa_repro.evaluation.grid import GridConfig
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.runner import evaluate
-from ssa_repro.evaluation.store import StoreError, stored
-from ssa_repro.evaluation.stored_files import DamagedFile, read_part, read_protocol
+from ssa_repro.evaluation.store import DamagedFile, StoreError, read_part, read_protocol, stored
 from ssa_repro.training.trainer import train
 from tests.conftest import make_cfg
 

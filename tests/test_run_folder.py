@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 
 import pytest
 import yaml
@@ -19,21 +20,15 @@ from ssa_repro.tasks import TASKS
 from tests.conftest import ROOT, make_cfg
 
 PACKAGE = ROOT / "ssa_repro"
+# every name core/rundir.py gives a run folder's files and folders (read from the module, so a name added
+# there is guarded at once), but "eval" and "sweeps": they are also the config group, W&B's metric prefix
+# and a command's option, so as bare words they say nothing about a path
+GENERIC = {rundir.EVAL, rundir.EVAL_SWEEPS}
 FILE_NAMES = {
-    rundir.CONFIG,
-    rundir.PROVENANCE,
-    rundir.TRAIN_LOG,
-    rundir.METRICS,
-    rundir.CHECKPOINTS,
-    rundir.LAST,
-    rundir.SUMMARY,
-    rundir.FAILED,
-    rundir.JOBS,
-    rundir.MULTIRUN,
-    rundir.OVERRIDES,
+    *(v for k, v in vars(rundir).items() if k.isupper() and isinstance(v, str)),
+    *rundir.WANDB_FILES,
     "overrides.yaml",
-    "step_",
-}
+} - GENERIC
 
 
 def strings(tree: ast.AST) -> list[tuple[str, int]]:
@@ -54,7 +49,10 @@ def strings(tree: ast.AST) -> list[tuple[str, int]]:
 
 
 def spells_a_file_name(text: str) -> bool:
-    return text in FILE_NAMES or text.startswith("step_") or any(f"/{n}" in text for n in FILE_NAMES)
+    """``text`` (a string constant, or one literal piece of an f-string) holds a run folder's file name
+    as a path segment: the whole string, or a piece between slashes ("/last.pt", "checkpoints/");
+    "step_..." names a kept checkpoint. A sentence that mentions a name is not a path."""
+    return text.startswith("step_") or any(seg in FILE_NAMES for seg in re.split(r"[/\\]", text))
 
 
 def test_only_the_run_folder_type_spells_its_file_names():
@@ -71,6 +69,54 @@ def test_only_the_run_folder_type_spells_its_file_names():
 def test_the_file_name_rule_catches_a_spelled_name():
     tree = ast.parse('"""Writes config.yaml."""\npath = run / "checkpoints" / f"step_{s}.pt"\n')
     assert [t for t, _ in strings(tree) if spells_a_file_name(t)] == ["checkpoints", "step_"]
+
+
+def spelled(path) -> list[str]:
+    return [t for t, _ in strings(ast.parse(path.read_text())) if spells_a_file_name(t)]
+
+
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [
+        ("p = run / 'wandb_id.txt'", "wandb_id.txt"),  # single quotes
+        ("p = f'{run}/wandb_run.json'", "/wandb_run.json"),  # an f-string in single quotes
+        ('p = f"{run}/run_id.txt"', "/run_id.txt"),  # an f-string in double quotes
+        ("p = Path(f'{run}/checkpoints/{name}')", "/checkpoints/"),  # a folder inside an f-string
+        ('p = f"{run}/{kind}/summary.json".strip()', "/summary.json"),  # after two replacement fields
+        ("p = '''config.yaml'''", "config.yaml"),  # triple quotes (not a docstring)
+        ("p = rf'{run}\\last.pt'", "\\last.pt"),  # a raw f-string with a Windows separator
+        ('p = os.path.join(run, "discarded")', "discarded"),  # a folder name given whole
+    ],
+)
+def test_the_file_name_rule_catches_every_string_form(tmp_path, line, name):
+    """The rule reads the syntax tree, so neither quotes nor f-strings hide a name: a module written to a
+    temporary file with one such line is caught, with the piece that spells it."""
+    path = tmp_path / "leak.py"
+    path.write_text(f'"""A module."""\n\n{line}\n')
+    assert spelled(path) == [name]
+
+
+def test_the_file_name_rule_passes_docstrings_sentences_and_other_files(tmp_path):
+    path = tmp_path / "clean.py"
+    path.write_text(
+        '"""Writes config.yaml (a docstring may name it)."""\n\n'
+        'p = f"{run}/notes.txt"\n'
+        "message = 'no config.yaml (not started)'\n"
+        'key = "eval"\n'
+    )
+    assert spelled(path) == []
+
+
+def test_every_run_folder_name_is_guarded():
+    """The names the rule looks for are read from core/rundir.py: the W&B files and the run id too."""
+    assert {
+        "wandb_id.txt",
+        "wandb_run.json",
+        "run_id.txt",
+        "config.yaml",
+        "last.pt",
+        "discarded",
+    } <= FILE_NAMES
 
 
 def schema_defaults() -> dict[str, list]:

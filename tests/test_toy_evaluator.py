@@ -1,12 +1,11 @@
-"""Adding an evaluator is its file, its config and the ``supports`` line of each task it applies to:
-this module defines one (its dataclass config, cells, computation and heat map layout) and stores its
-config option, as ``ssa_repro/evaluation/<name>.py`` and ``conf/eval/<name>.yaml`` do; it then runs on
-a trained run, stores its cells, refuses a task that does not support it, and compares across runs
-with no other file knowing its name."""
+"""Adding an evaluator is two files, its module and its config: this module defines one (its dataclass
+config, where it applies, cells, computation and heat map layout) and stores its config option, as
+``ssa_repro/evaluation/<name>.py`` and ``conf/eval/<name>.yaml`` do; it then runs on a trained run,
+stores its cells, refuses a task it does not apply to, and compares across runs with no other file
+(no task, no list) knowing its name."""
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from dataclasses import dataclass, field
 
@@ -20,7 +19,7 @@ from omegaconf import OmegaConf
 from ssa_repro import config
 from ssa_repro.evaluation.inference import predict
 from ssa_repro.evaluation.loading import load_run
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
+from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator, applicable
 from ssa_repro.evaluation.runner import check, evaluate
 from ssa_repro.reports import compare
 from ssa_repro.stats.intervals import summarize
@@ -49,6 +48,11 @@ class OutputScale(Evaluator):
     axes = ("scales", "lengths")
     coords = ("scale", "length")
     fills_length = "lengths"
+
+    @classmethod
+    def applies_to(cls, task) -> bool:
+        """In-context tasks of numeric inputs (a grid, no token vocabulary): x can be scaled."""
+        return task.evaluation is not None and task.evaluation.grid is not None and not task.tokens
 
     def check(self) -> list[str]:
         bad = [s for s in self.cfg.scales if s <= 0]
@@ -96,18 +100,15 @@ def linear_run(tmp_path_factory):
     return d
 
 
-def test_the_new_evaluator_runs_stores_and_compares(linear_run, tmp_path, monkeypatch):
+def test_the_new_evaluator_runs_stores_and_compares(linear_run, tmp_path):
     cfg = OmegaConf.structured(OutputScaleConfig)
     run = load_run(linear_run, CPU)
-    assert check(run.cfg, cfg) == [
-        "eval=output_scale does not apply to task=linear; this task supports: "
-        + ", ".join(TASKS.get("linear").evaluation.supports)
+    # where it applies is its own declaration: the token tasks are refused, naming what applies to them
+    assert check(make_cfg("task=mqar"), cfg) == [
+        "eval=output_scale does not apply to task=mqar; this task supports: grid"
     ]
-    # the task's file lists it (the third file an evaluator touches)
-    linear = TASKS.get("linear")
-    declared = linear.evaluation
-    monkeypatch.setattr(
-        linear, "evaluation", dataclasses.replace(declared, supports=(*declared.supports, "output_scale"))
+    assert "output_scale" in applicable(TASKS.get("linear")) and not (
+        set(applicable(TASKS.get("lm"))) - {"lm"}
     )
     assert check(run.cfg, OmegaConf.merge(cfg, {"scales": [0.0]})) == [
         "eval.scales has [0.0]: each must be > 0"

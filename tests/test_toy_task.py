@@ -15,7 +15,9 @@ from ssa_repro.cli.train_app import run_job
 from ssa_repro.core import distributions as D
 from ssa_repro.core.distributions import DistConfig, normal
 from ssa_repro.evaluation.loading import load_run
-from ssa_repro.evaluation.runner import DefaultConfig, check, evaluate
+from ssa_repro.evaluation.presets import DefaultConfig
+from ssa_repro.evaluation.registry import EVALUATORS, applicable
+from ssa_repro.evaluation.runner import check, evaluate
 from ssa_repro.reports import compare
 from ssa_repro.tasks import TASKS
 from ssa_repro.tasks.base import Batch, Evaluation, Grid, Metric, Prompts, Task, interleave
@@ -47,7 +49,6 @@ class RunningSum(Task):
             headline="sign_error",
             by_position="sign_error",
         ),
-        supports=("grid", "deviant", "attention"),
     )
 
     def n_tokens(self, n_points):
@@ -105,6 +106,9 @@ def test_the_new_task_trains_evaluates_and_compares(tmp_path):
         runs[scorer] = tmp_path / scorer
     run = load_run(runs["ssa"], torch.device("cpu"))
     assert check(run.cfg, DefaultConfig()) == []  # its paper grid, from its declaration
+    # the evaluations that apply follow from what it is (a grid of scalar inputs): no list names it
+    package = [n for n in applicable(RunningSum) if not EVALUATORS.get(n).__module__.startswith("tests")]
+    assert package == ["attention", "deviant", "grid"]
     paper = evaluate(run, DefaultConfig())
     assert paper["cells"] == 3 * 2 and paper["step"] == 6
     comp = compare.collect([runs["softmax"], runs["ssa"]], eval="quick")

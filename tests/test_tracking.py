@@ -28,6 +28,7 @@ import pandas as pd
 import pytest
 import torch
 
+from ssa_repro.cli import commands
 from ssa_repro.core import tracking
 from ssa_repro.core.tracking import Tracker
 from tests.conftest import CONF, ROOT, make_cfg
@@ -639,15 +640,14 @@ def test_dashboard_chart_presets_use_the_logged_grid_columns():
 
 
 def test_dashboard_refuses_to_run_offline_or_without_the_extra(monkeypatch, capsys):
-    dash = _dashboard_module()
     monkeypatch.setenv("WANDB_MODE", "offline")
-    assert dash.main(["ent/proj", "sweep-1"]) == 2
+    assert commands.wandb_dashboard(["ent/proj", "sweep-1"]) == 2
     assert "only be created online" in capsys.readouterr().err
     monkeypatch.setenv("WANDB_MODE", "online")
     monkeypatch.setitem(sys.modules, "wandb_workspaces", None)  # as if not installed
-    assert dash.main(["ent/proj", "sweep-1"]) == 2
+    assert commands.wandb_dashboard(["ent/proj", "sweep-1"]) == 2
     assert "pip install -e '.[dashboard]'" in capsys.readouterr().err
-    assert dash.main(["no-slash", "g"]) == 2
+    assert commands.wandb_dashboard(["no-slash", "g"]) == 2
 
 
 def test_a_restarted_training_job_resumes_its_run(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ssa_repro.cli import zorro_table as zorro_table_cli  # scripts/zorro_table.py and ssa-zorro-table
+from ssa_repro.cli import commands  # scripts/zorro_table.py and ssa-zorro-table: commands.zorro_table
 from ssa_repro.data import childes
 from ssa_repro.evaluation import zorro
 from ssa_repro.evaluation.store import Store
@@ -175,9 +175,9 @@ def test_table3_layout_aggregates_seeds(tmp_path):
 
 def test_zorro_table_script(tmp_path, capsys):
     _results(tmp_path, "softmax", 0, [70, 50, 60])
-    assert zorro_table_cli.main([str(tmp_path), "--out", str(tmp_path / "t")]) == 0
+    assert commands.zorro_table([str(tmp_path), "--out", str(tmp_path / "t")]) == 0
     assert (tmp_path / "t" / "zorro_table.png").exists() and "binding-principle_a" in capsys.readouterr().out
-    assert zorro_table_cli.main([str(tmp_path / "none")]) == 2
+    assert commands.zorro_table([str(tmp_path / "none")]) == 2
 
 
 def test_mlm_run_dirs_finds_mlm_runs_only(tmp_path):

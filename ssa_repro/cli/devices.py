@@ -40,6 +40,7 @@ from omegaconf import DictConfig
 
 from ssa_repro.core.enums import value_of
 from ssa_repro.core.locks import FileLock, LockTimeout
+from ssa_repro.core.schema import Device
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 GPU_VAR = "SSA_JOB_GPU"
@@ -59,7 +60,9 @@ class Placement:
         return out
 
 
-def placement(job_index: int, n_parallel: int, visible: list[str], cores: int, device="auto") -> Placement:
+def placement(
+    job_index: int, n_parallel: int, visible: list[str], cores: int, device=Device.auto
+) -> Placement:
     """The device and CPU threads of job ``job_index`` when ``n_parallel`` jobs run at once."""
     threads = max(1, cores // max(1, n_parallel))
     if value_of(device) == "cpu" or not visible:
@@ -129,7 +132,7 @@ def apply(p: Placement) -> None:
 def job_device(
     job_index: int,
     n_parallel: int,
-    device="auto",
+    device=Device.auto,
     visible: list[str] | None = None,
     n_cores: int | None = None,
 ) -> Iterator[Placement]:
@@ -175,7 +178,7 @@ class OneDevicePerJob(Callback):
         n_parallel = parallel_jobs(config.hydra.launcher, n_cores)
         if n_parallel is None:
             return
-        device = config.get("device", "auto")
+        device = config.device  # (train and evaluate configs: the schema gives it)
         self.job = job_device(int(config.hydra.job.num), n_parallel, device, self.gpus, n_cores)
         self.job.__enter__()
 

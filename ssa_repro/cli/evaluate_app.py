@@ -10,6 +10,7 @@ missing ones computed and stored, figures and summary redrawn from every stored 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,26 +31,40 @@ from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.data.paths import CorpusError
 from ssa_repro.evaluation import runner
 from ssa_repro.evaluation.loading import load_run
+from ssa_repro.evaluation.registry import Evaluator
 from ssa_repro.evaluation.store import StoreError
 from ssa_repro.training import distributed
 
 
-def problems(cfg: DictConfig) -> list[str]:
+@dataclass(frozen=True)
+class Checked:
+    """What the checks read and built: the run folder, its config over the schema and the evaluator
+    (with the run's task). The evaluation goes on with these, so nothing is read or built twice."""
+
+    run: RunDir
+    problems: list[str]
+    run_cfg: DictConfig | None = None
+    evaluator: Evaluator | None = None
+
+
+def check(cfg: DictConfig) -> Checked:
     """Everything knowable before loading the model: the folder, keys, the evaluation for this run."""
     run = RunDir(cfg.run_dir)
     found = run.problems()
     if found:
-        return found
+        return Checked(run, found)
     try:
         run_cfg = run.config()
     except RunFolderError as e:
-        return [str(e)]
-    return (
-        device_problems(cfg.device)
-        + unknown_keys(cfg)
-        + step_problems(run, cfg.step)
-        + runner.check(run_cfg, cfg.eval)
-    )
+        return Checked(run, [str(e)])
+    ev, ev_found = runner.build(cfg.eval, run_cfg)
+    found = device_problems(cfg.device) + unknown_keys(cfg) + step_problems(run, cfg.step) + ev_found
+    return Checked(run, found, run_cfg, ev)
+
+
+def problems(cfg: DictConfig) -> list[str]:
+    """:func:`check`'s problems (a sweep checks every job before the first starts)."""
+    return check(cfg).problems
 
 
 def step_problems(run: RunDir, step: int | None) -> list[str]:
@@ -120,9 +135,10 @@ class CheckRunFirst(Callback):
 
 
 def main(cfg: DictConfig) -> dict:
-    found = problems(cfg)
-    if found:
-        raise _fail(found, cfg.run_dir)
+    checked = check(cfg)
+    if checked.problems:
+        raise _fail(checked.problems, cfg.run_dir)
+    ev = checked.evaluator
     try:
         with (
             _lock(cfg),
@@ -130,13 +146,14 @@ def main(cfg: DictConfig) -> dict:
             distributed.exit_quietly_on_interrupt(),
             distributed.PreemptionGuard() as guard,
         ):
-            run = load_run(cfg.run_dir, resolve_device(cfg.device), cfg.step)
-            summary = runner.evaluate(run, cfg.eval, between=guard.check)
+            device = resolve_device(cfg.device)
+            run = load_run(checked.run, device, cfg.step, cfg=checked.run_cfg, task=ev.task)
+            summary = runner.run_evaluator(run, ev, between=guard.check)
             if summary.get("cells_computed"):  # its own W&B run, in the training run's group
                 with tracking.Tracker.for_evaluation(
                     run.run_dir, plain(run.cfg), summary["protocol"], summary["evaluation"]
-                ) as ev:
-                    log_evaluation(ev, summary, summary["evaluation"])
+                ) as tracker:
+                    log_evaluation(tracker, summary, summary["evaluation"])
             return summary
     except (
         RunFolderError,

@@ -48,6 +48,7 @@ from ssa_repro.core.rundir import resolve_device
 from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.loading import load_run
+from ssa_repro.evaluation.registry import applicable
 from ssa_repro.tasks import TASKS
 from ssa_repro.training import ensemble
 
@@ -176,7 +177,7 @@ def evaluations(study: DictConfig, task_name: str, group: str | None = None) -> 
     out = {}
     for key, settings in study.evaluations.items():
         name = settings.name
-        if name not in task.evaluation.supports:
+        if name not in applicable(task):
             continue
         if key.startswith("grid_") and not key.startswith(kind):
             continue

@@ -9,6 +9,7 @@ checkpoint, and says whether a config may continue it.
                                 at each step of train.keep_at)
     <run>/summary.json          written when training ends (then with the end-of-run evaluations)
     <run>/failed.txt            a multirun job's error (removed when the job succeeds)
+    <run>/wandb_id.txt          the W&B run a restart resumes; wandb_run.json its group and name
     <run>/run_id.txt            the run's identity (a uuid), also in its checkpoints and stored cells
     <run>/discarded/<time>/     a trained model's results moved aside by train.discard_old_results=true
     <run>/eval/<evaluation>/    evaluations (``ssa_repro/evaluation/store.py``); eval/sweeps/: their sweeps
@@ -57,7 +58,9 @@ EVAL_SWEEPS = "sweeps"  # eval/sweeps/<stamp>: the logs of an evaluation sweep o
 OVERRIDES = ".hydra/overrides.yaml"
 JOBS = "jobs.yaml"  # a sweep folder's job list
 MULTIRUN = "multirun.yaml"  # Hydra's record in a sweep folder
-WANDB_FILES = ("wandb_id.txt", "wandb_run.json")  # the W&B run a training resumes (core/tracking.py)
+WANDB_ID = "wandb_id.txt"  # the W&B run id a training resumes (also each eval/<evaluation>/'s own run)
+WANDB_RUN = "wandb_run.json"  # the training's W&B identity: id, group, name (core/tracking.py)
+WANDB_FILES = (WANDB_ID, WANDB_RUN)
 RUN_ID = "run_id.txt"  # the run's identity: written at its first start, kept in checkpoints and cells
 DISCARDED = "discarded"  # discarded/<UTC time>/: results moved aside by train.discard_old_results=true
 
@@ -163,6 +166,14 @@ class RunDir:
     @property
     def discarded_dir(self) -> Path:
         return self.path / DISCARDED
+
+    @property
+    def wandb_id_file(self) -> Path:
+        return self.path / WANDB_ID
+
+    @property
+    def wandb_run_file(self) -> Path:
+        return self.path / WANDB_RUN
 
     @property
     def identity_file(self) -> Path:

@@ -85,7 +85,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ssa_repro.core.enums import value_of
-from ssa_repro.core.rundir import SUMMARY, RunDir
+from ssa_repro.core.rundir import SUMMARY, WANDB_ID, RunDir
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +107,7 @@ class TrackingError(RuntimeError):
 
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
-ID_FILE = "wandb_id.txt"
-IDENTITY_FILE = "wandb_run.json"
+ID_FILE = WANDB_ID  # (an older name, kept for its callers; the run folder names it: core/rundir.py)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -407,7 +406,7 @@ class Tracker:
             return cls.off()
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        id_file = run_dir / ID_FILE
+        id_file = RunDir(run_dir).wandb_id_file
         run_id = _stored_id(id_file) or _new_id()
         id_file.write_text(run_id + "\n")
         group = getattr(logger_cfg, "group", None) or f"{name}-{run_id}"
@@ -419,7 +418,7 @@ class Tracker:
             "entity": getattr(logger_cfg, "entity", None),
             "mode": mode,
         }
-        (run_dir / IDENTITY_FILE).write_text(json.dumps(identity, indent=2) + "\n")
+        RunDir(run_dir).wandb_run_file.write_text(json.dumps(identity, indent=2) + "\n")
         run = _init(
             mode=mode,
             project=logger_cfg.project,
@@ -471,7 +470,7 @@ class Tracker:
         run_id = _new_id()
         out_dir = RunDir(run_dir).eval_dir / name
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / ID_FILE).write_text(run_id + "\n")
+        (out_dir / WANDB_ID).write_text(run_id + "\n")
         config = {
             **run_config,
             "eval": {"name": name, **_plain(protocol)},
@@ -717,13 +716,13 @@ def _writable(folder: Path) -> bool:
 
 def _read_identity(run_dir: Path) -> dict:
     """The training run's W&B identity (wandb_run.json, else just the id from wandb_id.txt), or {}."""
-    path = run_dir / IDENTITY_FILE
+    path = RunDir(run_dir).wandb_run_file
     if path.exists():
         try:
             return json.loads(path.read_text())
         except json.JSONDecodeError:
             pass
-    run_id = _stored_id(run_dir / ID_FILE)
+    run_id = _stored_id(RunDir(run_dir).wandb_id_file)
     return {"id": run_id} if run_id else {}
 
 

@@ -275,6 +275,11 @@ class Attention(Evaluator):
     fills_length = "length"
     coords = ("sweep", "sigma_x", "M")
 
+    @classmethod
+    def applies_to(cls, task) -> bool:
+        """In-context tasks of numeric inputs (a grid, and no token vocabulary)."""
+        return task.evaluation is not None and task.evaluation.grid is not None and not task.tokens
+
     def check(self) -> list[str]:
         if self.run_cfg.model.name == "ff_only":
             return ["eval=attention needs a model with attention, not model=ff_only"]

@@ -110,6 +110,7 @@ from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.models.positions import position_limit
 from ssa_repro.tasks.base import Batch, Prompts
 from ssa_repro.tasks.baselines import least_squares
+from ssa_repro.tasks.linear import LinearTask
 
 plt = plotting.plt
 log = logging.getLogger("ssa_repro.evaluate")
@@ -451,6 +452,11 @@ class Boundary(Evaluator):
     axes = ("sigmas_f",)
     fills_length = "n_points"
     coords = ("variant", "sigma_f")
+
+    @classmethod
+    def applies_to(cls, task) -> bool:
+        """The scalar linear task (a ~ a_dist, b ~ b_dist: a least-squares fit is the reference)."""
+        return issubclass(task, LinearTask)
 
     def check(self) -> list[str]:
         cfg, out = self.cfg, []

@@ -500,6 +500,17 @@ class Deviant(Evaluator):
     fills_length = "length"
     coords = ("M", "k")
 
+    @classmethod
+    def applies_to(cls, task) -> bool:
+        """In-context tasks of one number per example (a grid, no token vocabulary, no vector inputs):
+        a deviant x is inserted among them."""
+        return (
+            task.evaluation is not None
+            and task.evaluation.grid is not None
+            and not task.tokens
+            and not task.vector_inputs
+        )
+
     def check(self) -> list[str]:
         cfg, out = self.cfg, []
         n = cfg.length

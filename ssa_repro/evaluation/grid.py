@@ -114,6 +114,11 @@ class GridEvaluation(Evaluator):
     axes = ("sigmas", "sigmas_f", "lengths")
     fills_length = "lengths"
 
+    @classmethod
+    def applies_to(cls, task) -> bool:
+        """Tasks that declare a grid (``Evaluation.grid``: the in-context tasks)."""
+        return task.evaluation is not None and task.evaluation.grid is not None
+
     def __init__(self, cfg, run_cfg, task):
         super().__init__(cfg, run_cfg, task)
         self.spec = task.evaluation.grid if task.evaluation is not None else None

@@ -32,6 +32,7 @@ from ssa_repro.evaluation.multiple_choice import PAPER_MISSING, TokenLM
 from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.evaluation.perplexity import stream_nll, summarise
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
+from ssa_repro.tasks.lm import LMTask
 
 log = logging.getLogger("ssa_repro.evaluate")
 
@@ -154,6 +155,11 @@ class LMEval(Evaluator):
     """One cell: every split's perplexity and every task × shots (reused whole when stored)."""
 
     name = "lm"
+
+    @classmethod
+    def applies_to(cls, task) -> bool:
+        """Causal language models trained on a corpus (task=lm)."""
+        return issubclass(task, LMTask)
 
     def check(self) -> list[str]:
         run_cfg, cfg, out = self.run_cfg, self.cfg, []

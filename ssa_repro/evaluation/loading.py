@@ -45,17 +45,25 @@ class LoadedRun:
         )
 
 
-def load_run(run_dir: str | Path, device: torch.device, step: int | None = None) -> LoadedRun:
+def load_run(
+    run_dir: str | Path | RunDir,
+    device: torch.device,
+    step: int | None = None,
+    *,
+    cfg: DictConfig | None = None,
+    task: Task | None = None,
+) -> LoadedRun:
     """The run's model (weights of ``RunDir.last_checkpoint``, or of the checkpoint kept at ``step``:
     ``train.keep_at``) on ``device``, its task and its config read over the schema; a RunFolderError
     before any work when the folder is incomplete, holds no checkpoint of ``step`` or its checkpoint
     does not belong to its config. Evaluations store their cells under the checkpoint's step, so one
-    run evaluated at several steps gives a learning curve."""
-    run = RunDir(run_dir)
+    run evaluated at several steps gives a learning curve. ``cfg`` (``RunDir.config()``) and ``task``:
+    what a caller's checks read and built already (evaluate.py), else read and built here."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     found = run.problems()
     if found:
         raise RunFolderError("; ".join(found))
-    cfg = run.config()
+    cfg = run.config() if cfg is None else cfg
     state = run.load_checkpoint(step=step)
     bad = config_mismatches(plain(typed(state["config"])), plain(cfg))  # both over the schema
     if bad:
@@ -72,4 +80,5 @@ def load_run(run_dir: str | Path, device: torch.device, step: int | None = None)
         ) from None
     model.to(device).eval()
     run_id = state.get("run_id") or run.identity()
-    return LoadedRun(run.path, cfg, model, build_task(cfg.task), int(state["step"]), device, run_id)
+    task = build_task(cfg.task) if task is None else task
+    return LoadedRun(run.path, cfg, model, task, int(state["step"]), device, run_id)

@@ -9,8 +9,11 @@ before any model is loaded) and says:
   ``fills_length``    the key whose null is the run's longest training prompt (``curriculum.end``;
                       a one-element list where the key is an axis); ``resolve()`` fills it and
                       further nulls an evaluator knows (called first)
+  ``applies_to(task)`` whether it can evaluate a task at all, from what the task is and can do
+                      (a task class; its grid, its family): the evaluator says where it applies, so a
+                      new evaluator touches no task (``applicable(task)`` lists the names)
   ``check()``         everything wrong with the config for this run, before any work; ``problems()``
-                      asks first whether the task supports the evaluation at all
+                      asks :meth:`applies_to` first
   ``cells()``         the cells the config asks for (dicts of coordinate values)
   ``compute(run, cells, progress)``
                       yields tables (``{"results": frame, ...}``) holding complete cells, so an
@@ -19,7 +22,10 @@ before any model is loaded) and says:
   ``draw(frames, title, out_dir)``, ``summarize(frames)``
                       figures and headline numbers from every stored cell of the protocol
 
-The runner (runner.py) does the rest: presets, the store, the lock, progress and timing.
+The runner (runner.py) does the rest: the store, the lock, progress and timing. The presets
+``eval=default`` and ``eval=quick`` are no evaluators: each names, through the run's task, one of them
+(presets.py); their schemas are options of the ``eval`` config group beside the evaluators'
+(``EVALUATORS.schemas``), never registered items (``EVALUATORS.names()`` lists evaluators only).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from ssa_repro.core.registry import Registry
+from ssa_repro.tasks import Task
 
 EVALUATORS: Registry = Registry("evaluation")
 
@@ -62,10 +69,16 @@ class Evaluator:
             end = int(self.run_cfg.curriculum.end)
             self.cfg[key] = [end] if key in self.axes else end
 
+    @classmethod
+    def applies_to(cls, task: type[Task]) -> bool:
+        """Whether this evaluation can run on runs of ``task`` (a task class: callers without a run
+        ask too); an evaluator that applies to none says so by not overriding this."""
+        return False
+
     def problems(self) -> list[str]:
-        """Why this evaluation cannot run on this run: the task does not support it (said alone), or
+        """Why this evaluation cannot run on this run: it does not apply to the task (said alone), or
         what :meth:`check` finds."""
-        return supported(self.task, self.name) or self.check()
+        return not_applicable(self.task, self.name) or self.check()
 
     def check(self) -> list[str]:
         """Problems with the config's values for this run (each naming key, value, what is allowed)."""
@@ -99,13 +112,19 @@ class Evaluator:
         return ("results",)
 
 
-def supported(task, name: str) -> list[str]:
-    """Problems when ``task`` does not declare evaluation ``name`` among those it supports."""
-    ev = getattr(task, "evaluation", None)
-    if ev is None:
+def applicable(task: Task | type[Task]) -> list[str]:
+    """The evaluations (registered names, sorted) that apply to ``task`` (an instance or its class)."""
+    kind = task if isinstance(task, type) else type(task)
+    return [n for n in EVALUATORS.names() if EVALUATORS.get(n).applies_to(kind)]
+
+
+def not_applicable(task: Task, name: str) -> list[str]:
+    """Problems when evaluation ``name`` does not apply to ``task`` (naming those that do)."""
+    if getattr(task, "evaluation", None) is None:
         return [f"task {task.cfg.name!r} declares no evaluation (Task.evaluation): it cannot be evaluated"]
-    if name not in ev.supports:
+    if not EVALUATORS.get(name).applies_to(type(task)):
         return [
-            f"eval={name} does not apply to task={task.cfg.name}; this task supports: {', '.join(ev.supports)}"
+            f"eval={name} does not apply to task={task.cfg.name}; this task supports: "
+            + ", ".join(applicable(task))
         ]
     return []

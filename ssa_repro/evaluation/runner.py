@@ -1,11 +1,11 @@
 """Run one evaluation of one run: presets, cells to compute, the store, the derived figures.
 
-    evaluate(run, cfg) -> summary
+    build(cfg, run_cfg, task) -> (evaluator, problems)      from the run's config alone
+    run_evaluator(run, evaluator) -> summary                 the loaded run: cells, store, redraw
+    evaluate(run, cfg) -> summary                            the two in a row
 
-1. Presets: ``eval=default`` is the task's declared default evaluation (its paper protocol; grid keys
-   such as ``eval.sigmas`` apply to it directly), ``eval=quick`` the task's end-of-run evaluation (what
-   every training ends with). Both resolve to a concrete evaluation (``grid``, ``lm``, ``zorro``, ...);
-   the preset's name is kept in the rows (``preset`` column) for finding them again.
+1. Presets: ``eval=default`` and ``eval=quick`` name, through the run's task, a concrete evaluation
+   (``presets.py``); the preset's name is kept in the rows (``preset`` column).
 2. The evaluator fills its nulls from the run (``resolve``) and lists every problem (``problems``)
    before any work: :func:`check` does this from a run's config alone.
 3. Cells: the protocol's stored cells at this checkpoint step are reused, the missing ones computed
@@ -22,12 +22,8 @@ Rows carry the run's labels (task, scorer, model, seed, step), ``eval``, ``proto
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import time
-from dataclasses import dataclass
-from typing import get_type_hints
 
 import numpy as np
 import pandas as pd
@@ -35,12 +31,13 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from ssa_repro.core import plotting
-from ssa_repro.core.atomic import json_text, write_bytes, write_json
+from ssa_repro.core.atomic import json_text
 from ssa_repro.core.rundir import SUMMARY
-from ssa_repro.evaluation.grid import GridConfig
+from ssa_repro.evaluation import presets
 from ssa_repro.evaluation.loading import LoadedRun
+from ssa_repro.evaluation.presets import DefaultConfig, QuickConfig  # noqa: F401  (older import path)
 from ssa_repro.evaluation.progress import Progress
-from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
+from ssa_repro.evaluation.registry import EVALUATORS, Evaluator
 from ssa_repro.evaluation.store import Store
 from ssa_repro.tasks import TASKS, build_task
 
@@ -51,90 +48,25 @@ class EvaluationError(ValueError):
     """An evaluation that cannot run on this run (the message lists every problem)."""
 
 
-@dataclass
-class DefaultConfig(GridConfig):
-    """``eval=default``: the task's default evaluation. For grid tasks every grid key applies."""
-
-    name: str = "default"
-
-
-QUICK_KEYS = ("sigmas", "sigmas_f", "lengths", "n_samples", "batch_size", "skip_first", "seed", "nested")
-_GRID_TYPES = get_type_hints(GridConfig)
-QuickConfig = dataclasses.make_dataclass(
-    "QuickConfig",
-    [("name", str, dataclasses.field(default="quick"))]
-    + [
-        (f.name, _GRID_TYPES[f.name], dataclasses.field(default=f.default))
-        for f in dataclasses.fields(GridConfig)
-        if f.name in QUICK_KEYS
-    ],
-    bases=(EvalConfig,),
-)
-QuickConfig.__doc__ = """``eval=quick``: the task's end-of-run evaluation. For grid tasks these keys are
-the grid's (``GridConfig``: the same types and defaults), their nulls the task's quick grid
-(``Grid.quick``); set them to evaluate every run of a sweep on one fixed grid."""
-
-
-EVALUATORS.register("default", schema=DefaultConfig)(DefaultConfig)
-EVALUATORS.register("quick", schema=QuickConfig)(QuickConfig)
-PRESETS = ("default", "quick")
-
-
-def _concrete(cfg, run_cfg, task) -> tuple[object, list[str]]:
-    """The concrete evaluation config behind a preset (and problems found on the way)."""
-    if cfg.name not in PRESETS:
-        return cfg, []
-    declared = getattr(task, "evaluation", None)
-    if declared is None:
-        return cfg, [
-            f"task {run_cfg.task.name!r} declares no evaluation (Task.evaluation), so eval={cfg.name} "
-            "has nothing to run"
-        ]
-    if cfg.name == "default":
-        target, settings = declared.default, {}
-    else:
-        target, settings = task.quick_evaluation()
-    schema = EVALUATORS.schemas[target]
-    given = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    own = {k: v for k, v in given.items() if k not in ("name", "force")}
-    if set(own) <= set(_keys(schema)):  # the preset's keys are the target's (its schema composes them)
-        merged = {**settings, **{k: v for k, v in own.items() if v is not None}}
-    else:
-        defaults = OmegaConf.to_container(OmegaConf.structured(DefaultConfig), enum_to_str=True)
-        changed = [k for k in own if k != "figures" and given[k] != defaults.get(k)]
-        if changed and cfg.name == "default":  # (quick's grid keys do not apply to corpus tasks)
-            return cfg, [
-                f"eval.{', eval.'.join(changed)} belong to the grid evaluation; task {run_cfg.task.name}'s "
-                f"default evaluation is eval={target} (its keys: {', '.join(_keys(schema))})"
-            ]
-        merged = dict(settings)
-    out = OmegaConf.merge(
-        OmegaConf.structured(schema), {**merged, "force": bool(cfg.force), "figures": bool(cfg.figures)}
-    )
-    return out, []
-
-
-def _keys(schema) -> list[str]:
-    return [k for k in schema.__dataclass_fields__ if k not in ("name", "force")]
-
-
-def build(cfg, run_cfg) -> tuple[Evaluator | None, list[str]]:
+def build(cfg, run_cfg, task=None) -> tuple[Evaluator | None, list[str]]:
     """The evaluator for ``cfg`` (a config, or a schema instance such as ``GridConfig(sigmas=[1, 5])``)
-    on the run whose config is ``run_cfg``, resolved, and its problems."""
+    on the run whose config is ``run_cfg`` (read over the schema), resolved, and its problems. ``task``:
+    the run's task where the caller has built it already (else built here from ``run_cfg.task``)."""
     if dataclasses.is_dataclass(cfg):
         cfg = OmegaConf.structured(cfg)
-    if run_cfg.task.name not in TASKS:
-        return None, [
-            f"the run's task {run_cfg.task.name!r} is not registered; known: {', '.join(TASKS.names())}"
-        ]
-    task = build_task(run_cfg.task)
+    if task is None:
+        if run_cfg.task.name not in TASKS:
+            return None, [
+                f"the run's task {run_cfg.task.name!r} is not registered; known: {', '.join(TASKS.names())}"
+            ]
+        task = build_task(run_cfg.task)
     preset = cfg.name
-    cfg, found = _concrete(cfg, run_cfg, task)
+    cfg, found = presets.concrete(cfg, task)
     if found:
         return None, found
+    if cfg.name not in EVALUATORS:
+        return None, [f"eval={cfg.name} is no evaluation; known: {', '.join(EVALUATORS.names())}"]
     cls = EVALUATORS.get(cfg.name)
-    if not (isinstance(cls, type) and issubclass(cls, Evaluator)):
-        return None, [f"eval={cfg.name} is a preset, not an evaluation"]
     try:  # a private, typed copy (a value the schema refuses is a problem, said like the others)
         cfg = OmegaConf.merge(OmegaConf.structured(EVALUATORS.schemas[cfg.name]), cfg)
     except ValidationError as e:
@@ -155,11 +87,18 @@ def store_of(run_dir, ev: Evaluator) -> Store:
 
 
 def evaluate(run: LoadedRun, cfg, between=None) -> dict:
-    """Evaluate ``run`` (compute the missing cells, store them, redraw); returns the summary.
-    ``between()`` is called after each stored batch of cells (a safe point to stop at on a signal)."""
-    ev, found = build(cfg, run.cfg)
+    """Evaluate ``run`` with the evaluation ``cfg`` names (built on the run's config and task); see
+    :func:`run_evaluator`."""
+    ev, found = build(cfg, run.cfg, run.task)
     if found:
         raise EvaluationError("\n  - ".join([f"cannot run eval={cfg.name} on {run.run_dir}:", *found]))
+    return run_evaluator(run, ev, between)
+
+
+def run_evaluator(run: LoadedRun, ev: Evaluator, between=None) -> dict:
+    """Compute the missing cells of ``ev`` (built by :func:`build`, its problems none) on ``run``, store
+    them, redraw; returns the summary. ``between()`` is called after each stored batch of cells (a safe
+    point to stop at on a signal)."""
     store = store_of(run.run_dir, ev)
     store.repair()  # damaged stored files moved aside: their cells count as missing
     wanted = ev.cells()
@@ -251,8 +190,8 @@ def redraw(store: Store, ev: Evaluator, title: str, run_id: str | None = None) -
         latest = {t: (f[f["step"] == step] if len(f) and "step" in f else f) for t, f in frames.items()}
         for table, frame in frames.items():
             if len(frame):
-                _write_if_changed(store.dir / f"{table}.csv", frame.to_csv(index=False).encode())
-        figures = _drawn(store, title)
+                store.write_derived(f"{table}.csv", frame.to_csv(index=False).encode())
+        figures = store.drawn(title)
         if figures is None:
             # figures off: draw still writes the tables it derives (boundary.csv, ...), and the heat maps and
             # curves are not even built (plotting.enabled; building them was most of a small evaluation's
@@ -260,7 +199,7 @@ def redraw(store: Store, ev: Evaluator, title: str, run_id: str | None = None) -
             drawn = ev.draw(latest, f"{title} · step {step}", store.dir) if step is not None else []
             figures = [p.name for p in drawn]
             if plotting.enabled():
-                write_json(store.dir / DRAWN, {"key": _drawing_key(store, title), "figures": figures})
+                store.record_drawn(title, figures)
         summary = {
             "evaluation": ev.name,
             "protocol_id": store.id,
@@ -277,35 +216,5 @@ def redraw(store: Store, ev: Evaluator, title: str, run_id: str | None = None) -
         marked = results[results["non_finite"].fillna("") != ""] if "non_finite" in results else results[:0]
         if len(marked):  # cells whose values are not finite (marked when stored): said in the summary
             summary["non_finite_rows"] = int(len(marked))
-        _write_if_changed(store.dir / SUMMARY, json_text(summary).encode())
+        store.write_derived(SUMMARY, json_text(summary).encode())
     return summary
-
-
-DRAWN = ".drawn.json"  # which parts (and title) the figures were drawn from: whether to draw again
-
-
-def _drawing_key(store: Store, title: str) -> str:
-    """A hash of the title and the names of the parts present (a part is never rewritten: new cells,
-    recomputed cells and parts moved aside all change the names)."""
-    names = sorted(p.name for p in (store.dir / "parts").glob("*.csv"))
-    return hashlib.sha256(json.dumps([title, names]).encode()).hexdigest()
-
-
-def _drawn(store: Store, title: str) -> list[str] | None:
-    """The figures' names if they were drawn from the parts present and all exist; else None."""
-    try:
-        info = json.loads((store.dir / DRAWN).read_text())
-        figures = [str(f) for f in info["figures"]]
-        current = info["key"] == _drawing_key(store, title)
-    except (OSError, ValueError, KeyError, TypeError):  # none yet, or damaged: draw
-        return None
-    return figures if current and all((store.dir / f).is_file() for f in figures) else None
-
-
-def _write_if_changed(path, data: bytes) -> None:
-    try:
-        if path.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    write_bytes(path, data)

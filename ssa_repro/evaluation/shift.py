@@ -137,6 +137,11 @@ class Shift(Evaluator):
     fills_length = "lengths"
     coords = ("variant", "length")
 
+    @classmethod
+    def applies_to(cls, task) -> bool:
+        """Tasks of vector inputs (Garg et al.'s function classes): the variants move x in its space."""
+        return task.vector_inputs
+
     def resolve(self) -> None:
         super().resolve()
         if self.cfg.baselines is None:

@@ -10,7 +10,10 @@ Results with the same protocol can be pooled cell by cell; another protocol is s
                                what one evaluation call computed: complete cells only, one file per
                                table, written to a temporary name and renamed (atomic), never rewritten
         results.csv, <table>.csv, figures, summary.json
-                               drawn from all stored cells (rewritten atomically after each call)
+                               drawn from all stored cells (rewritten atomically after each call,
+                               where their bytes change: :meth:`Store.write_derived`)
+        .drawn.json            which parts (and title) the figures were drawn from: whether to draw
+                               them again (:meth:`Store.drawn`, :meth:`Store.record_drawn`)
 
 A cell is a point of the grid (its coordinate columns, e.g. ``sigma_x``, ``length``) at a checkpoint
 ``step``. A later evaluation with the same protocol reuses the cells already stored and computes only
@@ -20,10 +23,18 @@ evaluate one run at once (a joblib multirun): each writes its own parts, and the
 redrawn under an exclusive lock on the protocol folder, each time from every part present, so the last
 writer's figures hold every job's cells.
 
-Damaged files (``ssa_repro/evaluation/stored_files.py`` says what counts) never stop a command and are
-never read as if whole. An evaluation (:meth:`Store.repair`, under the folder's lock) moves a damaged
-part aside to ``<protocol id>/damaged/`` with a note, together with the parts written in the same call,
-so that their cells count as missing and are computed again; it rewrites a damaged ``protocol.json``
+Damaged files never stop a command and are never read as if whole. Every stored file is written
+atomically (``ssa_repro/core/atomic.py``), so a damaged one comes from outside the framework (a disk or
+copy fault, a tool that is not atomic, a hand edit). In a part: bytes that are not UTF-8; no newline at
+the end (``DataFrame.to_csv`` ends every row with one, so a file without it was cut mid-row); a row
+whose number of fields differs from the header's (pandas would fill the missing ones with NaN and read
+a cut row as a cell); no header or no ``step`` column, or a ``step`` that is not a whole number. In a
+``protocol.json``: bytes that are not UTF-8, text that is not JSON, or JSON without the evaluation's
+name, id and settings (:func:`read_part`, :func:`read_protocol`: :class:`DamagedFile` names the file,
+what it is and what to do). An evaluation (:meth:`Store.repair`, under the folder's lock) moves a
+damaged part aside (:func:`set_aside`: moved, never deleted) to ``<protocol id>/damaged/`` with a note
+saying when, why and what was done, together with the parts written in the same call, so that their
+cells count as missing and are computed again; it rewrites a damaged ``protocol.json``
 from its own settings, whose hash is the folder's name (the damaged one is moved aside too), and refuses
 a readable one that does not hash to its folder (:class:`StoreError`). Readers that write nothing
 (compare, the study's report) leave the files where they are and say, once per file, which cells they
@@ -33,23 +44,28 @@ leave out and how to get them back. The derived files are never read: each evalu
 from __future__ import annotations
 
 import contextlib
+import csv
 import datetime as dt
 import hashlib
+import io
 import itertools
 import json
+import logging
 import os
 import re
 from pathlib import Path
 
 import pandas as pd
 
-from ssa_repro.core.atomic import atomic_path, write_json
+from ssa_repro.core.atomic import atomic_path, write_bytes, write_json, write_text
 from ssa_repro.core.locks import FileLock
 from ssa_repro.core.rundir import RunDir
-from ssa_repro.evaluation.stored_files import DamagedFile, read_part, read_protocol, set_aside, warn_once
+
+log = logging.getLogger("ssa_repro.evaluate")
 
 PROTOCOL_FILE = "protocol.json"
 PARTS = "parts"
+DRAWN = ".drawn.json"  # which parts (and title) the figures were drawn from: whether to draw again
 _counter = itertools.count()
 _PART = re.compile(r"^(?P<table>.+)-(?P<call>\d{8}T\d{12}-\d+)-\d+\.csv$")  # <table>-<time>-<pid>-<n>.csv
 
@@ -57,6 +73,100 @@ _PART = re.compile(r"^(?P<table>.+)-(?P<call>\d{8}T\d{12}-\d+)-\d+\.csv$")  # <t
 class StoreError(ValueError):
     """A protocol folder whose ``protocol.json`` cannot be used for this evaluation (the message names
     the file and what to do)."""
+
+
+# ------------------------------------------------------------------ damaged files
+DAMAGED = "damaged"  # the folder, inside a protocol's folder, that damaged files are moved to
+_said: set[str] = set()  # warnings already given by this process (each damaged file is named once)
+
+
+class DamagedFile(ValueError):
+    """A stored file that cannot be read as what it should be; the message names it, says what it is,
+    what is wrong and what to do."""
+
+    def __init__(self, path: Path, what: str, why: str, todo: str = ""):
+        self.path, self.what, self.why, self.todo = Path(path), what, why, todo
+        super().__init__(f"{path} ({what}) is damaged: {why}" + (f"; {todo}" if todo else ""))
+
+
+def warn_once(message: str) -> None:
+    """A warning, given once per process (a store is read several times by one command)."""
+    if message not in _said:
+        _said.add(message)
+        log.warning("%s", message)
+
+
+def _text(path: Path, what: str) -> str:
+    raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DamagedFile(path, what, f"byte {e.start} of {len(raw)} is not UTF-8 text") from None
+
+
+def read_part(path: Path, need_step: bool = True, what: str = "a part of the stored cells") -> pd.DataFrame:
+    """The rows of one part file, checked whole (see the module's docstring; ``need_step``: a ``step``
+    column is required, as in every ``results`` part); :class:`DamagedFile` otherwise."""
+    text = _text(path, what)
+    if not text.strip():
+        raise DamagedFile(path, what, f"it is empty ({len(text)} bytes)")
+    if not text.endswith("\n"):
+        raise DamagedFile(path, what, "it ends mid-row (no newline at the end): it was cut off")
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    header = rows[0]
+    bad = next((i for i, r in enumerate(rows[1:], start=2) if len(r) != len(header)), None)
+    if bad is not None:
+        raise DamagedFile(
+            path, what, f"line {bad} has {len(rows[bad - 1])} fields where the header has {len(header)}"
+        )
+    if need_step and "step" not in header:
+        raise DamagedFile(path, what, f"its header has no step column (it reads {','.join(header)[:200]!r})")
+    try:
+        frame = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as e:
+        raise DamagedFile(path, what, f"not a CSV table ({str(e).splitlines()[0]})") from None
+    step = pd.to_numeric(frame.get("step", pd.Series(dtype=float)), errors="coerce")
+    if step.isna().any() or (step != step.round()).any():
+        raise DamagedFile(path, what, "its step column holds a value that is not a whole number")
+    return frame
+
+
+def read_protocol(path: Path) -> dict:
+    """A protocol folder's ``protocol.json`` (evaluation, id, protocol, coords), checked; raises
+    :class:`DamagedFile` if it is not whole."""
+    what = "the settings of the stored cells beside it"
+    text = _text(path, what)
+    try:
+        info = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DamagedFile(path, what, f"not JSON ({e.msg}: line {e.lineno} column {e.colno})") from None
+    if not isinstance(info, dict) or not {"evaluation", "protocol"} <= set(info):
+        raise DamagedFile(path, what, "it does not hold the evaluation's name and protocol")
+    if not isinstance(info["protocol"], dict) or not isinstance(info.get("coords", []), list):
+        raise DamagedFile(path, what, "its protocol is not a mapping or its coords not a list")
+    return info
+
+
+def set_aside(path: Path, folder: Path, why: str, done: str) -> Path:
+    """Move ``path`` into ``folder/damaged/`` (never deleted; a name already there gets the time added)
+    with a note ``<name>.txt`` (when, why, what was done); returns where it went. A file another
+    process moved first is left to it."""
+    aside = Path(folder) / DAMAGED
+    aside.mkdir(parents=True, exist_ok=True)
+    target = aside / path.name
+    if target.exists():
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+        target = aside / f"{path.stem}-{stamp}{path.suffix}"
+    try:
+        os.rename(path, target)  # same file system (inside the protocol folder): atomic
+    except FileNotFoundError:
+        return target
+    when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    write_text(
+        target.with_name(target.name + ".txt"),
+        f"moved here from {path} at {when} (UTC)\nwhy: {why}\n{done}\n",
+    )
+    return target
 
 
 def protocol_id(protocol: dict) -> str:
@@ -171,10 +281,42 @@ class Store:
                 self._frames.pop(path, None)
         for e in damaged.values():
             warn_once(
-                f"{e}; moved to {self.dir / 'damaged'} (with the parts written with it, a note beside "
+                f"{e}; moved to {self.dir / DAMAGED} (with the parts written with it, a note beside "
                 "each); their cells are computed again"
             )
         return moved
+
+    # ------------------------------------------------------------------ derived files
+    def write_derived(self, name: str, data: bytes) -> None:
+        """A derived file (a table, ``summary.json``) written where its bytes differ from the file's (a
+        damaged one is replaced, an unchanged one left as it is)."""
+        path = self.dir / name
+        try:
+            if path.read_bytes() == data:
+                return
+        except OSError:
+            pass
+        write_bytes(path, data)
+
+    def _drawing_key(self, title: str) -> str:
+        """A hash of the title and the names of the parts present (a part is never rewritten: new cells,
+        recomputed cells and parts moved aside all change the names)."""
+        names = sorted(p.name for p in (self.dir / PARTS).glob("*.csv"))
+        return hashlib.sha256(json.dumps([title, names]).encode()).hexdigest()
+
+    def drawn(self, title: str) -> list[str] | None:
+        """The figures' names if they were drawn from the parts present and all exist; else None."""
+        try:
+            info = json.loads((self.dir / DRAWN).read_text())
+            figures = [str(f) for f in info["figures"]]
+            current = info["key"] == self._drawing_key(title)
+        except (OSError, ValueError, KeyError, TypeError):  # none yet, or damaged: draw
+            return None
+        return figures if current and all((self.dir / f).is_file() for f in figures) else None
+
+    def record_drawn(self, title: str, figures: list[str]) -> None:
+        """Say which parts (and title) ``figures`` were drawn from."""
+        write_json(self.dir / DRAWN, {"key": self._drawing_key(title), "figures": figures})
 
     # ------------------------------------------------------------------ reading
     def parts(self, table: str = "results") -> list[Path]:

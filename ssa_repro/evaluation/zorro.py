@@ -44,7 +44,7 @@ from ssa_repro.data import childes
 from ssa_repro.data.paths import resolve_root
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.stats.intervals import wilson
-from ssa_repro.tasks.mlm import logits_at
+from ssa_repro.tasks.mlm import MLMTask, logits_at
 
 log = logging.getLogger("ssa_repro.evaluate")
 
@@ -332,13 +332,18 @@ class Zorro(Evaluator):
 
     name = "zorro"
 
+    @classmethod
+    def applies_to(cls, task) -> bool:
+        """Masked language models trained on AO-CHILDES (task=mlm)."""
+        return issubclass(task, MLMTask)
+
     def check(self) -> list[str]:
         run_cfg, cfg, out = self.run_cfg, self.cfg, []
         bad = [m for m in cfg.methods if m not in METHODS]
         if bad or not cfg.methods:
             out.append(f"eval.methods={list(cfg.methods)}: allowed {', '.join(METHODS)} (at least one)")
         if cfg.n_pairs != 0:
-            root = run_cfg.get("data", {}).get("root", "../shared/data")
+            root = run_cfg.data.root  # the run's config over the schema: its default where unset
             zdir = resolve_root(root) / run_cfg.task.zorro_dir
             have = paradigms(zdir) if zdir.is_dir() else []
             if not have:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from ssa_repro.core.rundir import CONFIG, JOBS, MULTIRUN, OVERRIDES, SUMMARY, RunDir
+from ssa_repro.core.rundir import CONFIG, JOBS, MULTIRUN, OVERRIDES, SUMMARY, RunDir, RunFolderError, plain
 
 
 class ReportError(ValueError):
@@ -24,7 +24,8 @@ class ReportError(ValueError):
 
 @dataclass
 class Run:
-    """A run folder, as far as its files tell."""
+    """A run folder, as far as its files tell. ``cfg``: its config read over the schema
+    (``RunDir.config``, as plain Python), so every key the schema knows is there."""
 
     path: Path
     cfg: dict
@@ -36,16 +37,15 @@ class Run:
 
     @property
     def scorer(self) -> str:
-        s = self.cfg.get("scorer", {})
-        return str(s.get("label") or s.get("name"))
+        return str(self.cfg["scorer"]["label"])
 
     @property
     def model(self) -> str:
-        return str(self.cfg.get("model", {}).get("name"))
+        return str(self.cfg["model"]["name"])
 
     @property
     def seed(self):
-        return self.cfg.get("seed")
+        return self.cfg["seed"]
 
     @property
     def summary(self) -> dict | None:
@@ -55,8 +55,7 @@ class Run:
     def finished(self) -> bool:
         """Training reached ``train.steps`` (summary.json says so)."""
         s = self.summary
-        steps = self.cfg.get("train", {}).get("steps")
-        return bool(s) and (steps is None or s.get("steps") == steps)
+        return bool(s) and s.get("steps") == self.cfg["train"]["steps"]
 
     def status(self) -> str:
         """finished | failed: <first line> | training not finished."""
@@ -90,14 +89,13 @@ def run_inside(path: Path) -> Path | None:
 
 
 def read_run(path: Path) -> Run:
+    """The run folder's config, read by its owner (``RunDir.config``: over the schema), and overrides."""
     run = RunDir(path)
     try:
-        cfg = yaml.safe_load(run.config_file.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ReportError(f"{run.config_file} is not readable YAML: {e}") from None
-    if not isinstance(cfg, dict) or "task" not in cfg:
-        raise ReportError(f"{run.config_file} has no task: not a training run's config")
-    return Run(path, cfg, run.overrides())
+        cfg = run.config()
+    except RunFolderError as e:
+        raise ReportError(str(e)) from None
+    return Run(path, plain(cfg), run.overrides())
 
 
 def job_dirs(sweep: Path) -> list[Path]:

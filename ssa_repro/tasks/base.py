@@ -124,13 +124,13 @@ class Grid:
 class Evaluation:
     """What ``python evaluate.py run_dir=R`` (``default``) and the end of training (``quick``) run for
     this task: an evaluation name (``conf/eval/<name>.yaml``) and settings over its schema's defaults.
-    ``grid`` describes the task's grid (ICL tasks). ``supports`` names the further evaluations the
-    task can take (deviant, attention, boundary, ...)."""
+    ``grid`` describes the task's grid (ICL tasks). Which further evaluations apply (deviant, attention,
+    boundary, ...) each evaluator says from what the task is (``Evaluator.applies_to``): a new evaluator
+    touches no task."""
 
     default: str
     quick: tuple[str, dict]
     grid: Grid | None = None
-    supports: tuple[str, ...] = ()
 
 
 class Task:
@@ -142,6 +142,7 @@ class Task:
     evaluation: Evaluation | None = None  # a task without one cannot be evaluated (said loudly)
     classification: bool = False  # outputs are logits of a ±1 label (error = wrong sign), not values
     tokens: bool = False  # outputs are logits over a token vocabulary (tasks/tokens.py)
+    vector_inputs: bool = False  # an example's input is a vector (x [B, n, d]: Garg's function classes)
     # True where a prediction is scored against a token of the same prompt that follows the position
     # reading it (its next token: linear's y_i after x_i, copy's b_j): bidirectional attention would show
     # each position its own answer, and the loss would mean nothing, so validation refuses

@@ -57,7 +57,6 @@ def _evaluation(sigmas: list[float]) -> Evaluation:
             baselines=BASELINES,
             by_position="mse",
         ),
-        supports=("grid", "shift", "attention"),
     )
 
 
@@ -72,6 +71,7 @@ class FunctionTask(Task):
     """The shared part: vector inputs, Garg's token layout, squared error."""
 
     metric = "squared_error"
+    vector_inputs = True
     evaluation = _evaluation([0.5, 1.0, 2.0, 4.0])
 
     @property

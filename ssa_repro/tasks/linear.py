@@ -51,7 +51,6 @@ class LinearTask(Task):
             baselines=("least_squares", "averaging", "knn3", "zero"),
             by_position="mse",
         ),
-        supports=("grid", "deviant", "attention", "boundary"),
     )
 
     def n_tokens(self, n_points: int) -> int:

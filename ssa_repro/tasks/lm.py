@@ -64,7 +64,7 @@ class LMTaskConfig:
 @TASKS.register("lm", schema=LMTaskConfig)
 class LMTask(Task):
     metric = "nll"
-    evaluation = Evaluation(default="lm", quick=("lm", {}), supports=("lm",))
+    evaluation = Evaluation(default="lm", quick=("lm", {}))
 
     def __init__(self, cfg):
         super().__init__(cfg)

@@ -39,7 +39,9 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 
+from ssa_repro.core.schema import DataConfig
 from ssa_repro.data import childes
 from ssa_repro.data.paths import DataFileError, data_file, resolve_root
 from ssa_repro.tasks.base import Evaluation, Task
@@ -138,13 +140,13 @@ def _seed_of(*parts: int) -> int:
 class MLMTask(Task):
     needs_causal = False  # the targets are masked out of the input: bidirectional by design
     metric = "mlm_loss"
-    evaluation = Evaluation(default="zorro", quick=("zorro", {}), supports=("zorro",))
+    evaluation = Evaluation(default="zorro", quick=("zorro", {}))
 
     def __init__(self, cfg):
         super().__init__(cfg)
         root = _root(cfg)
-        self.data_root = root.data.root if root is not None else "../shared/data"
-        self.cache_dir = root.data.cache_dir if root is not None else "outputs/cache"
+        data = root.data if root is not None else OmegaConf.structured(DataConfig)  # the schema's defaults
+        self.data_root, self.cache_dir = data.root, data.cache_dir
         self.seed = int(root.seed) if root is not None else 0
         self._loaded = None
         self._plan = (None, None)  # (key, batches) for the current epoch

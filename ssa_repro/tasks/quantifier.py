@@ -85,7 +85,6 @@ QUANTIFIER_EVALUATION = Evaluation(
         headline="sequence_error",
         by_position="token_error",
     ),
-    supports=("grid", "deviant", "attention"),
 )
 
 

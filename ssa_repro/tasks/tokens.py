@@ -58,7 +58,6 @@ def token_evaluation(
             baselines=TOKEN_GUESSES,  # the floors a model must beat (tasks/baselines.py)
             skip_first=0,  # every scored token is determined by the prompt
         ),
-        supports=("grid",),
     )
 
 

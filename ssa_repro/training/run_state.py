@@ -42,8 +42,9 @@ class RunState:
     discard: bool = False  # move the old results aside before training (train.discard_old_results)
 
 
-def _checkpoint_problems(cfg: DictConfig, state: dict) -> list[str]:
-    bad = config_mismatches(state["config"], plain(cfg))
+def _checkpoint_problems(cfg: DictConfig, current: dict, state: dict) -> list[str]:
+    """``current``: ``cfg`` as plain Python (converted once by :func:`prepare`)."""
+    bad = config_mismatches(state["config"], current)
     here, there = resolve_device(cfg.device).type, state.get("device_type", "cpu")
     if here != there:  # kernels differ by device type (and older checkpoints hold a CUDA prompt generator)
         bad.append(
@@ -63,12 +64,12 @@ def _checkpoint_problems(cfg: DictConfig, state: dict) -> list[str]:
     return bad
 
 
-def _finished(cfg: DictConfig, run: RunDir, state: dict) -> dict | None:
+def _finished(cfg: DictConfig, current: dict, run: RunDir, state: dict) -> dict | None:
     if not cfg.train.resume or not run.summary_file.exists() or not run.config_file.exists():
         return None
     try:
         summary = run.summary()
-        saved = OmegaConf.to_container(OmegaConf.load(run.config_file))
+        saved = OmegaConf.to_container(run.raw_config())
     except Exception:  # noqa: BLE001  (a damaged file: do the work again)
         return None
     if summary is None:
@@ -76,7 +77,8 @@ def _finished(cfg: DictConfig, run: RunDir, state: dict) -> dict | None:
     steps = cfg.train.steps
     if summary.get("steps") != steps or int(state["step"]) != steps:
         return None
-    for c in (saved, current := plain(cfg)):
+    current = {**current, "train": dict(current.get("train", {}))}  # (the caller's stays whole)
+    for c in (saved, current):
         c.get("train", {}).pop("discard_old_results", None)  # (says what to do without a checkpoint)
     same = {k: v for k, v in saved.items() if k not in FREE_WHEN_FINISHED} == {
         k: v for k, v in current.items() if k not in FREE_WHEN_FINISHED
@@ -106,14 +108,15 @@ def prepare(cfg: DictConfig, run_dir: str | Path) -> RunState:
             "use train.resume=true to continue it, or another hydra.run.dir for a new run"
         )
     state = run.load_checkpoint()
-    bad = _checkpoint_problems(cfg, state)
+    current = plain(cfg)  # converted once, for both comparisons with what the folder holds
+    bad = _checkpoint_problems(cfg, current, state)
     if bad:
         raise validate.ConfigError(
             f"cannot resume {ckpt_path}: the config differs from the checkpoint's in\n  - "
             + "\n  - ".join(bad)
             + "\nuse another hydra.run.dir for a new run"
         )
-    finished = _finished(cfg, run, state)
+    finished = _finished(cfg, current, run, state)
     if finished is None:
         warning = checkpoint.thread_mismatch(state, resolve_device(cfg.device).type)
         if warning:
