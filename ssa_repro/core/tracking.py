@@ -84,6 +84,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ssa_repro.core import atomic
 from ssa_repro.core.enums import value_of
 from ssa_repro.core.rundir import SUMMARY, WANDB_ID, RunDir
 
@@ -408,7 +409,7 @@ class Tracker:
         run_dir.mkdir(parents=True, exist_ok=True)
         id_file = RunDir(run_dir).wandb_id_file
         run_id = _stored_id(id_file) or _new_id()
-        id_file.write_text(run_id + "\n")
+        atomic.write_text(id_file, run_id + "\n")
         group = getattr(logger_cfg, "group", None) or f"{name}-{run_id}"
         identity = {
             "id": run_id,
@@ -418,7 +419,7 @@ class Tracker:
             "entity": getattr(logger_cfg, "entity", None),
             "mode": mode,
         }
-        RunDir(run_dir).wandb_run_file.write_text(json.dumps(identity, indent=2) + "\n")
+        atomic.write_text(RunDir(run_dir).wandb_run_file, json.dumps(identity, indent=2) + "\n")
         run = _init(
             mode=mode,
             project=logger_cfg.project,
@@ -470,7 +471,7 @@ class Tracker:
         run_id = _new_id()
         out_dir = RunDir(run_dir).eval_dir / name
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / WANDB_ID).write_text(run_id + "\n")
+        atomic.write_text(out_dir / WANDB_ID, run_id + "\n")
         config = {
             **run_config,
             "eval": {"name": name, **_plain(protocol)},
