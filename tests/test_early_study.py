@@ -26,11 +26,13 @@ from ssa_repro.core.rundir import RunDir, RunFolderError
 from ssa_repro.evaluation.lm import chance
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.multiple_choice import Item
-from ssa_repro.reports import early, paired
+from ssa_repro.reports import early, early_cells, early_tables, paired
 from ssa_repro.tasks import curriculum
 from ssa_repro.training import trainer, validate
 from tests.conftest import make_cfg
 
+# the early-learning report's claims as early_cpu.yaml declares them (early_quick inherits them)
+EARLY_CLAIMS = OmegaConf.to_container(study.load("early_cpu").claims)
 WORDS = "the a dog cat ball mommy daddy sees wants likes big red is are you we look here there".split()
 ZORRO = (  # two of the paper's 12 and one other
     "agreement_subject_verb-across_relative_clause",
@@ -268,7 +270,7 @@ def test_early_quick_end_to_end_and_the_report_reads_back(data, tmp_path):
     assert {"task_accuracy", "chance", "majority"} <= set(lm.metric)
 
     # the claims recomputed from the published CSVs alone equal the report's claims file
-    _, claims, table, _ = early.compute(csvs)
+    _, claims, table, _ = early.compute(csvs, EARLY_CLAIMS)
     published = pd.read_csv(out / "early_quick_claims.csv")
     assert len(table) == len(published) > 0
     assert np.allclose(
@@ -345,17 +347,17 @@ def test_a_probe_neither_arm_scores_above_chance_on_is_not_judged():
             ("ssa_n1.5", irr): 56.0,  # one above
             ("softmax", pron): 49.0,
             ("ssa_n1.5", pron): 51.0,
-            ("softmax", early.MEAN_12): 50.0,
-            ("ssa_n1.5", early.MEAN_12): 50.5,
-            ("ssa_n2", early.MEAN_12): 50.2,
+            ("softmax", early_cells.MEAN_12): 50.0,
+            ("ssa_n1.5", early_cells.MEAN_12): 50.5,
+            ("ssa_n2", early_cells.MEAN_12): 50.2,
         }
     )
-    specs = {(c.key, s.label): s for c in early.claims(frame) for s in c.specs}
+    specs = {(c.key, s.label): s for c in early.claims(frame, EARLY_CLAIMS) for s in c.specs}
     assert not specs[("zorro agr_rc ssa_n2", f"ssa_n2 − softmax, {rc}")].judged
     assert specs[("zorro irregular ssa_n1.5", f"ssa_n1.5 − softmax, {irr}")].judged
     assert not specs[("zorro pron_gender ssa_n1.5", f"ssa_n1.5 − softmax, {pron}")].judged
-    assert specs[("zorro mean12", f"ssa_n1.5 − softmax, {early.MEAN_12}")].judged
-    table = paired.claims_table(frame, early.claims(frame), n_boot=500).set_index("claim")
+    assert specs[("zorro mean12", f"ssa_n1.5 − softmax, {early_cells.MEAN_12}")].judged
+    table = paired.claims_table(frame, early.claims(frame, EARLY_CLAIMS), n_boot=500).set_index("claim")
     assert table.loc["zorro agr_rc ssa_n2", "verdict"] == paired.NOT_LEARNED
     assert table.loc["zorro irregular ssa_n1.5", "verdict"] != paired.NOT_LEARNED
     assert table.loc["zorro irregular ssa_n1.5", "estimate"] == pytest.approx(6.0)
@@ -396,14 +398,19 @@ def test_an_lm_eval_task_at_the_majority_answer_is_not_judged():
     ]
     ppl += [{**ppl[0], "scorer": "ssa"}]
     frame = pd.DataFrame(rows + ppl)  # the LM claims need the perplexity's last step
-    specs = {s.label: s for c in early.claims(frame) for s in c.specs if c.key.startswith("lm lm_eval")}
+    specs = {
+        s.label: s
+        for c in early.claims(frame, EARLY_CLAIMS)
+        for s in c.specs
+        if c.key.startswith("lm lm_eval")
+    }
     assert not specs["ssa − softmax, boolq"].judged and specs["ssa − softmax, copa"].judged
     # an open-answer task (chance 0): 1 of 500 right is not learning; 5% is (Wilson 3.4% > the 2% margin)
     for acc, want in ((0.002, False), (0.05, True)):
         lam = frame[frame["item"] == "boolq"].assign(item="lambada_openai")
         lam.loc[lam.metric == "task_accuracy", "value"] = acc
         lam.loc[lam.metric.isin(["chance", "majority"]), "value"] = 0.0
-        spec = {s.label: s for c in early.claims(pd.concat([frame, lam])) for s in c.specs}
+        spec = {s.label: s for c in early.claims(pd.concat([frame, lam]), EARLY_CLAIMS) for s in c.specs}
         assert spec["ssa − softmax, lambada_openai"].judged is want
 
 
@@ -418,13 +425,13 @@ def test_the_chance_bar_is_wilsons_and_perplexity_means_are_geometric():
     from statsmodels.stats.proportion import proportion_confint
 
     for n in (200, 500):
-        k = round(early.chance_threshold(n) * n / 100)
+        k = round(early_tables.chance_threshold(n) * n / 100)
         assert (
             proportion_confint(k, n, method="wilson")[0]
             > 0.5
             >= proportion_confint(k - 1, n, method="wilson")[0]
         )
-    assert early.chance_threshold(200) == pytest.approx(57.0) and early.chance_threshold(
+    assert early_tables.chance_threshold(200) == pytest.approx(57.0) and early_tables.chance_threshold(
         500
     ) == pytest.approx(54.4)
     rows = [
@@ -447,7 +454,7 @@ def test_the_chance_bar_is_wilsons_and_perplexity_means_are_geometric():
         for sc, vals in (("softmax", (10.0, 1000.0)), ("ssa", (100.0, 100.0)))
         for s, v in enumerate(vals)
     ]
-    t = early.perplexity_table(pd.DataFrame(rows)).iloc[0]
+    t = early_tables.perplexity_table(pd.DataFrame(rows)).iloc[0]
     assert t["softmax"].startswith("100.0 (10.0–1000.0, 2)") and t["ssa"].startswith("100.0 (")
 
 

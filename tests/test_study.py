@@ -21,11 +21,13 @@ from ssa_repro import stats
 from ssa_repro.cli import study
 from ssa_repro.cli.train_app import problems
 from ssa_repro.config import CONF_DIR
-from ssa_repro.reports import icl, paired, provenance
+from ssa_repro.reports import icl, icl_figures, icl_frame, icl_tables, paired, provenance
 from ssa_repro.reports import study as report
 from tests.conftest import HAVE_SHARED_DATA
 
 STUDIES = sorted(p.stem for p in (CONF_DIR / "study").glob("*.yaml"))
+# the ICL report's claims as the studies declare them (conf/study/claims/icl.yaml, via icl_cpu.yaml)
+ICL_CLAIMS = OmegaConf.to_container(study.load("icl_cpu").claims)
 
 
 @pytest.mark.parametrize("name", STUDIES)
@@ -145,7 +147,7 @@ def check_report(root: Path, out: Path) -> None:
     # the claims table and the findings, recomputed from the published CSVs alone
     claims = pd.read_csv(out / "quick_claims.csv")
     assert len(claims) and set(claims.verdict) <= {*stats.VERDICTS}
-    _, _, table, found = report.compute(csvs)
+    _, _, table, found = report.compute(csvs, ICL_CLAIMS)
     assert len(table) == len(claims)
     for col in ("estimate", "low", "high", "p_value", "p_holm"):
         assert np.allclose(
@@ -333,7 +335,7 @@ def test_export_compresses_a_large_part_reproducibly_and_leaves_one_file_per_par
 
 
 def test_claims_are_per_task_and_findings_follow_the_rule_on_a_synthetic_study(tmp_path):
-    frame, claims, table, found = report.compute(_synthetic_per_seed(tmp_path))
+    frame, claims, table, found = report.compute(_synthetic_per_seed(tmp_path), ICL_CLAIMS)
     ssa = table[table.claim == "ssa_quant"]
     # one contrast per task and axis, never pooled; Holm within the claim (4 contrasts)
     assert sorted(ssa.contrast) == sorted(
@@ -567,7 +569,7 @@ def _ladder_per_seed(tmp_path, seeds: int = 5) -> dict[str, Path]:
 def test_a_study_without_core_reads_the_papers_claims_on_every_rung(tmp_path):
     """icl_scale has no core group: the one-arm claims and sections are read on each rung (keys and rows
     tagged with it), never left as "no data"; and with 5 seeds the findings say why nothing is called."""
-    frame, claims, table, found = report.compute(_ladder_per_seed(tmp_path))
+    frame, claims, table, found = report.compute(_ladder_per_seed(tmp_path), ICL_CLAIMS)
     assert icl.bases(frame) == [("ladder", "A"), ("ladder", "C")]
     ssa = table[table.claim.str.startswith("ssa_quant")]
     assert sorted(set(ssa.claim)) == ["ssa_quant @ A", "ssa_quant @ C"]
@@ -576,18 +578,21 @@ def test_a_study_without_core_reads_the_papers_claims_on_every_rung(tmp_path):
     assert at_a.p_value == pytest.approx(2 / 2**5)  # every seed the same sign: the smallest p at 5 seeds
     assert {c.claim.split(":")[0] for c in claims if "@" in c.key} == {"A", "C"}
     # the per-arm tables stack the rungs, an arch column first
-    shift = icl.over_bases(icl.shift_table, frame)
+    shift = icl_frame.over_bases(icl_tables.shift_table, frame)
     assert list(shift.columns[:3]) == ["arch", "task", "predictor"] and set(shift.arch) == {"A", "C"}
     # icl_cpu's own frame keeps one arm and no arch column
     (tmp_path / "core").mkdir()
-    core = report.compute(_synthetic_per_seed(tmp_path / "core"))[0]
-    assert icl.bases(core) == [icl.BASE] and "arch" not in icl.over_bases(icl.shift_table, core).columns
+    core = report.compute(_synthetic_per_seed(tmp_path / "core"), ICL_CLAIMS)[0]
+    assert (
+        icl.bases(core) == [icl.BASE]
+        and "arch" not in icl_frame.over_bases(icl_tables.shift_table, core).columns
+    )
     # nothing can be called with 5 seeds (smallest p 1/16), and the findings say so
     assert found.empty
     text = "\n".join(report.findings_markdown(found, claims, table))
     assert "at most 5 paired seeds" in text and "2^(1−5) = 0.0625" in text
     # the ladder's figures: one per cell, rungs on the x axis
-    figs = icl.ladder_figures(frame, tmp_path / "figs")
+    figs = icl_figures.ladder_figures(frame, tmp_path / "figs")
     (tmp_path / "figs" / "ladder_0_every_num.png").write_bytes(b"an old name")  # from an earlier report
     (tmp_path / "figs" / "per_seed_grid.csv").write_text("kept")
     report.remove_stale_figures(tmp_path / "figs", figs)
@@ -633,7 +638,7 @@ def test_a_contrast_between_two_models_that_did_not_learn_is_shown_not_judged():
     # mqar: softmax 0.86 is not 0.02 below the guess's 0.88, SSA is above it
     assert not learned.loc[("mqar", "softmax"), "learned"] and not learned.loc[("mqar", "ssa"), "learned"]
     assert learned.loc[("mqar", "softmax"), "baseline"] == pytest.approx(0.88)
-    [claim] = [c for c in icl.other_claims(frame) if c.key == "ssa_length"]
+    [claim] = [c for c in icl.claims(frame, ICL_CLAIMS) if c.key == "ssa_length"]
     judged = {s.label: s.judged for s in claim.specs}
     assert judged == {"alibi, counting, length 128 (×16)": True, "alibi, mqar, length 128 (×16)": False}
     table = paired.claims_table(frame, [claim], n_boot=500)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ssa_repro.cli import run_study, study
+from ssa_repro.cli import arguments, run_study, study
 from ssa_repro.cli.study_schema import problems as schema_problems
 
 GOOD = """
@@ -301,7 +301,7 @@ def test_the_report_goes_to_the_study_folder_unless_published(tmp_path, monkeypa
     monkeypatch.setitem(
         run_study.REPORTS, "icl", lambda r, out, n, c, s: seen.append((Path(out), c)) or Path(out) / "x.md"
     )
-    monkeypatch.setattr(run_study, "PUBLISHED", tmp_path / "published")
+    monkeypatch.setattr(arguments, "PUBLISHED", tmp_path / "published")  # (cli/arguments.py owns it)
     path, root = str(tmp_path / "study" / "tiny.yaml"), tmp_path / "out"
     run_study.main([path, "--report-only", "--root", str(root)])
     run_study.main([path, "--report-only", "--root", str(root), "--publish"])

@@ -14,6 +14,8 @@ A study file, after merging over the study it names in ``defaults``, has these k
                 ``conf/scorer/*.yaml``, ``train_sigma`` are numbers > 0
 ``evaluations`` ``{key: {name: <evaluator>, ...}}``: the evaluator's own keys (its schema) and the
                 study's (``tasks``: registered tasks, ``groups``: the study's groups, ``steps``: ints > 0)
+``claims``      optional: ``{name: claim or block}``, the claims its report tests (reports/claims.py: the
+                grammar; the names a claim may use are its report's, :data:`CLAIM_VOCABULARY`)
 ==============  =========================================================================================
 
 A duplicate in a list is refused: two equal seeds (or scorers, …) would make one job twice, and the
@@ -31,9 +33,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ssa_repro.config import CONF_DIR
 from ssa_repro.evaluation import EVALUATORS
+from ssa_repro.reports import claims, early, icl
 from ssa_repro.tasks import TASKS
 
-TOP = {"defaults", "name", "report", "seeds", "base", "tasks", "archs", "groups", "evaluations"}
+TOP = {"defaults", "name", "report", "seeds", "base", "tasks", "archs", "groups", "evaluations", "claims"}
+CLAIM_VOCABULARY = {"icl": (icl.CLAIM_NAMES, icl.JUDGES), "early": (early.CLAIM_NAMES, early.JUDGES)}
+"""Per report (a study's ``report`` key; ``icl`` without one): the values and judges its claims may name."""
 REQUIRED = ("name", "seeds", "base", "tasks", "archs", "groups", "evaluations")
 GROUP_AXES = ("tasks", "scorers", "archs", "train_sigma")  # each group's required keys
 GROUP_KEYS = (*GROUP_AXES, "seeds")
@@ -151,6 +156,12 @@ def problems(study: DictConfig, file: str) -> list[str]:
             _evaluation(c, f"evaluations.{key}", settings, study)
     else:
         c.bad("evaluations", study.evaluations, "is not a mapping; allowed: {key: {name: <evaluator>, ...}}")
+    report = str(study.get("report", "icl"))
+    if (
+        study.get("claims") is not None and report in CLAIM_VOCABULARY
+    ):  # (an unknown report: cli/run_study.py)
+        names, judges = CLAIM_VOCABULARY[report]
+        c.out += claims.problems(_plain(study.claims), file, names, judges, report)
     return c.out
 
 

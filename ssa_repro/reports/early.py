@@ -3,23 +3,17 @@ claim, that SSA improves *early learning benchmark performance* — BabyBERTa on
 table 3) and a GPT-2-style decoder on perplexity and LM-eval tasks (its table 2) — generated from the
 stored results alone, in the form of the ICL report (``reports/study.py``).
 
-Per-seed values (one row per job × checkpoint step × method × item × metric, :data:`COLUMNS`; written
-as ``<out>/<name>/per_seed_<part>.csv`` and read back before anything is computed):
+Per-seed values: ``early_cells`` (one row per job × checkpoint step × method × item × metric); tables
+``early_tables``, figures ``early_figures``.
 
-- ``zorro``: Zorro accuracy in % (``zorro_accuracy``) per paradigm (``item`` = the file stem, or
-  ``mean_all`` / ``mean_paper12``) and scoring ``method`` (``pll``, ``holistic``), with the pairs
-  scored (``n``); the held-out masked-LM loss (``mlm_loss``) and masked-token accuracy
-  (``masked_accuracy``), ``method`` = ``mlm``, ``item`` = ``heldout``;
-- ``lm``: perplexity per split (``item`` = heldout | valid | test, ``n`` = tokens), and per LM-eval
-  task (``item``) and shots (``method`` = ``0-shot`` …) the accuracy (``task_accuracy``: acc_norm where
-  lm-eval reports it, else acc; ``n`` = items) and what guessing scores (``chance``, ``majority``).
-
-Claims are paired contrasts over seeds (``reports/paired.py`` → ``stats/``): at the last
-checkpoint, each SSA arm − softmax on the items the paper names. The paper's "early learning" names its
+Claims are data (conf/study/early_cpu.yaml's ``claims:``, read by ``reports/claims.py``; this
+module gives them their :func:`context`), paired contrasts over seeds (``reports/paired.py`` →
+``stats/``): at the last checkpoint, each SSA arm − softmax on the items the paper names. The paper's "early learning" names its
 benchmarks (BabyBERTa's child-scale corpus, the small LM), not a point in training; whether SSA is ahead
 early in training is the study's own question, asked of the mean of the 12 at the first checkpoint.
 A contrast on a probe or task that neither arm's models score above chance on (the seed-mean accuracy's
-95% Wilson bound on the probe's pairs, not pooled: the seeds share them) is shown but not judged (``paired.NOT_LEARNED``), as in the ICL report.
+95% Wilson bound on the probe's pairs, not pooled: the seeds share them) is shown but not judged
+(``paired.NOT_LEARNED``), as in the ICL report.
 """
 
 from __future__ import annotations
@@ -28,17 +22,31 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-from scipy.stats import gmean
 
 from ssa_repro import stats
-from ssa_repro.core.plotting import plt, save
 from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
-from ssa_repro.evaluation.zorro import PAPER_TABLE3
+from ssa_repro.evaluation.registry import applicable
+from ssa_repro.reports import claims as claims_engine
 from ssa_repro.reports import paired
-from ssa_repro.reports.paired import JOB_COLUMNS, Claim, Spec
+from ssa_repro.reports.early_cells import CHANCE, MEAN_12, MEAN_ALL, export, main_group, per_seed, read_back
+from ssa_repro.reports.early_figures import (
+    perplexity_figure,
+    regime_figure,
+    table3_figure,
+    zorro_curves_figure,
+)
+from ssa_repro.reports.early_tables import (
+    chance_threshold,
+    lm_eval_table,
+    mlm_loss_table,
+    perplexity_table,
+    regime_table,
+    table3,
+)
+from ssa_repro.reports.paired import Claim
 from ssa_repro.reports.study import (
+    claims_markdown,
     figure_lines,
     finish,
     provenance_lines,
@@ -47,136 +55,81 @@ from ssa_repro.reports.study import (
     save_inputs,
     section,
 )
-from ssa_repro.reports.tables import markdown_table
-from ssa_repro.stats.intervals import seed_interval, wilson
+from ssa_repro.stats.intervals import wilson
 from ssa_repro.tasks import TASKS
 
-COLUMNS = [*JOB_COLUMNS, "evaluation", "step", "method", "item", "metric", "n", "value"]
-"""A per-seed row: the job, the study's evaluation key, the checkpoint step, the scoring method (Zorro:
-pll | holistic; LM-eval: ``<k>-shot``), the item (paradigm, split, task), the metric, the sample
-size behind the value (pairs, tokens, items) and the value."""
-
-MEAN_ALL, MEAN_12 = "mean_all", "mean_paper12"
-SSA_ARMS = {"ssa_n1.5": "SSA n = 1.5", "ssa_n2": "SSA n = 2", "ssa": "SSA"}
-SPLIT_TEXT = {
-    "heldout": "held-out training documents",
-    "valid": "WikiText-2 valid",
-    "test": "WikiText-2 test",
-}
-CHANCE = 50.0  # Zorro: two sentences, one grammatical
-
-# The paper's table 2 (accuracy %, softmax / SSA; zero-shot, then 3-shot) for the tasks run here, and
-# its perplexity (OpenWebText, GPT-2 small after 50k steps).
-PAPER_TABLE2 = {
-    "arc_challenge": ((20.8, 23.2), (23.40, 25.92)),
-    "arc_easy": ((45.5, 47.9), (48.13, 50.19)),
-    "hellaswag": ((29.2, 29.5), (30.33, 31.25)),
-    "lambada_openai": ((24.8, 25.4), (15.44, 16.46)),
-    "boolq": ((60.2, 61.1), (55.34, 57.08)),
-    "copa": ((62.3, 64.9), (63.31, 72.69)),
-    "rte": ((45.7, 56.8), (47.17, 53.19)),
-    "wsc273": ((31.8, 41.3), (35.55, 45.21)),
-}
-PAPER_PERPLEXITY = (31.7, 27.7)
-
-PAPER = {
-    "mean12": "“the SSA-based BabyBERTa models achieve superior performance on many tasks in the "
-    "grammatical probing suite” (abstract; table 3)",
-    "agr_rc": "“SSA-2 achieves the strongest gains on syntax-sensitive tasks such as subject–verb "
-    "agreement across relative clauses” (§7.2, table 3: 55.5 → 61.55)",
-    "arg_str": "“… and argument structure alternations” (§7.2, table 3: dropped 79.65 → 85.55, swapped "
-    "83.3 → 88.0, transitive 53.44 → 57.2)",
-    "irregular": "“SSA-1.5 yields improvements on morphological and lexical tests such as irregular "
-    "verbs” (§7.2, table 3: 70.05 → 78.3)",
-    "pron_gender": "“… and pronoun gender” (§7.2, table 3: 48.1 → 51.45)",
-    "early_mlm": "not a claim of the paper (the study's own: its “early learning” names the benchmarks, "
-    "“SSA outperforms … on several early learning NLP benchmarks and linguistic probing tasks” (abstract), "
-    "not early checkpoints); the mean of the 12 probes at the first checkpoint evaluated",
-    "ppl": "“the SSA model achieved a perplexity of 27.7, compared to 31.7 for the softmax model, a "
-    "12.6% improvement” (§7.2)",
-    "lm_eval": "“The SSA variant consistently outperformed the softmax counterpart across all evaluated "
-    "tasks (Table 2)” (§7.2)",
-}
+CLAIM_NAMES = (
+    "zorro_group",
+    "zorro_last",
+    "zorro_early_step",
+    "zorro_arms",
+    "lm_group",
+    "lm_arm",
+    "lm_last",
+    "lm_splits",
+    "lm_methods",
+)
+"""What the early-learning claims can name (:func:`context`); ``cli/study_schema.py`` refuses any other."""
+JUDGES = ("zorro", "lm_task")
 
 
-# ------------------------------------------------------------------ per-seed values
-def _stem(paradigm: str) -> str:
-    if paradigm.startswith("mean (paper"):
-        return MEAN_12
-    if paradigm.startswith("mean ("):
-        return MEAN_ALL
-    return paradigm
+# ------------------------------------------------------------------ claims
+def context(frame: pd.DataFrame) -> claims_engine.Context:
+    """The values the early-learning claims read from the per-seed ``frame`` (:data:`CLAIM_NAMES`):
+    the Zorro leg's main group (the most seeds), its last and first checkpoints (``zorro_early_step``:
+    the first where it differs from the last) and SSA arms; the LM leg's main group, SSA arm, last
+    checkpoint, splits, and per number of shots its step and tasks. Judges: ``zorro`` and ``lm_task``
+    leave a contrast unjudged where neither arm learned the probe or task (:func:`zorro_learned`,
+    :func:`task_learned`)."""
+    z = frame[frame.part == "zorro"] if len(frame) else frame
+    zg_name = main_group(z, "mlm") if len(z) else None
+    zg = z[z.group == zg_name] if zg_name is not None else z.iloc[:0]
+    last, first = _last(zg, metric="zorro_accuracy"), _first(zg, metric="zorro_accuracy")
+    lm = frame[frame.part == "lm"] if len(frame) else frame
+    lg_name = main_group(lm, "lm") if len(lm) else None
+    lg = lm[lm.group == lg_name] if lg_name is not None else lm.iloc[:0]
+    arm = next((a for a in lg.scorer.unique() if a != "softmax"), None) if len(lg) else None
+    acc = lg[lg.metric == "task_accuracy"]
+    values = {
+        "zorro_group": zg_name,
+        "zorro_last": last,
+        "zorro_early_step": first if first is not None and first != last else None,
+        "zorro_arms": [a for a in ("ssa_n1.5", "ssa_n2") if a in set(zg.scorer)],
+        "lm_group": lg_name,
+        "lm_arm": arm,
+        "lm_last": _last(lg, metric="perplexity"),
+        "lm_splits": [
+            s for s in ("heldout", "valid", "test") if s in set(lg[lg.metric == "perplexity"].item)
+        ],
+        "lm_methods": [
+            {
+                "method": m,
+                "step": _last(acc, method=m),
+                "tasks": [t for t in MC_TASKS if t in set(acc[acc.method == m].item)],
+            }
+            for m in sorted(acc.method.unique())
+        ],
+    }
 
-
-def _cells(index: pd.DataFrame, kind: str):
-    """The stored cells (every step) of each evaluation key of ``kind`` in the index, non-empty ones."""
-    keys = sorted(set(index[index["eval"] == kind].evaluation)) if "eval" in index else []
-    for key in keys:
-        c = paired.read_cells(index, key, steps="all")
-        if not c.empty:
-            yield c
-
-
-def zorro_part(index: pd.DataFrame) -> pd.DataFrame:
-    """Per-seed rows of every ``zorro`` evaluation key of the index, at every stored step."""
-    out = []
-    for c in _cells(index, "zorro"):
-        acc = c[c.metric == "accuracy"]
-        out.append(
-            acc.assign(
-                item=[_stem(p) for p in acc.paradigm],
-                metric="zorro_accuracy",
-                n=acc.n_samples,
-            )[COLUMNS]
+    def zorro(a: Mapping, b: Mapping) -> bool:
+        sel = z[z.group == a["group"]]
+        return any(
+            zorro_learned(sel, s, a["item"], a["step"], a["method"]) for s in (a["scorer"], b["scorer"])
         )
-        held = c[c.paradigm == "heldout"]
-        masked = held[held.metric == "heldout_masked_tokens"].set_index([*JOB_COLUMNS, "step"]).value
-        for metric, name in (
-            ("heldout_mlm_loss", "mlm_loss"),
-            ("heldout_masked_accuracy", "masked_accuracy"),
-        ):
-            h = held[held.metric == metric]
-            if h.empty:
-                continue
-            n = [masked.get(tuple(r), np.nan) for r in h[[*JOB_COLUMNS, "step"]].itertuples(index=False)]
-            out.append(h.assign(method="mlm", item="heldout", metric=name, n=n)[COLUMNS])
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=COLUMNS)
+
+    def lm_task(a: Mapping, b: Mapping) -> bool:
+        sel = lm[lm.group == a["group"]]
+        return any(
+            task_learned(sel, s, a["item"], a["step"], a["method"]) for s in (a["scorer"], b["scorer"])
+        )
+
+    return claims_engine.Context(values, {"zorro": zorro, "lm_task": lm_task})
 
 
-def lm_part(index: pd.DataFrame) -> pd.DataFrame:
-    """Per-seed rows of every ``lm`` evaluation key of the index, at every stored step."""
-    out = []
-    for c in _cells(index, "lm"):
-        ppl = c[(c.metric == "perplexity") & c.split.notna()] if "split" in c else c.iloc[:0]
-        out.append(ppl.assign(method="stream", item=ppl.split, n=ppl.n)[COLUMNS])
-        if "benchmark" not in c:
-            continue
-        b = c[c.benchmark.notna()]
-        for name in b.benchmark.unique():
-            t = b[b.benchmark == name]
-            score = "acc_norm" if MC_TASKS[name].acc_norm else "acc"
-            for metric, as_name in ((score, "task_accuracy"), ("chance", "chance"), ("majority", "majority")):
-                r = t[t.metric == metric]
-                out.append(
-                    r.assign(method=[f"{int(k)}-shot" for k in r.shots], item=name, metric=as_name)[COLUMNS]
-                )
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=COLUMNS)
-
-
-def per_seed(index: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    return {"zorro": zorro_part(index), "lm": lm_part(index)}
-
-
-def export(parts: Mapping[str, pd.DataFrame], out_dir: Path) -> dict[str, Path]:
-    """``paired.export`` in this report's layout (a row per job × step × method × item × metric; its
-    sort leaves out the last two columns, n and value)."""
-    return paired.export(parts, out_dir, COLUMNS, free=("evaluation", "n", "value"), unsorted=2)
-
-
-def read_back(paths: Mapping[str, Path]) -> pd.DataFrame:
-    return paired.read_back(
-        paths, COLUMNS, text=("group", "task", "scorer", "arch", "evaluation", "method", "item", "metric")
-    )
+def claims(frame: pd.DataFrame, entries: Mapping | None) -> list[Claim]:
+    """The study's claims (``entries``: its ``claims:`` section) with one paired contrast per arm × item
+    (see the module); a contrast on a probe or task that neither arm learned is not judged."""
+    return claims_engine.build(entries, context(frame)) if len(frame) else []
 
 
 # ------------------------------------------------------------------ claims
@@ -188,14 +141,6 @@ def _last(frame: pd.DataFrame, **where) -> int | None:
 def _first(frame: pd.DataFrame, **where) -> int | None:
     sel = paired.select(frame, **where)
     return int(sel.step.min()) if len(sel) else None
-
-
-def main_group(frame: pd.DataFrame, task: str) -> str | None:
-    """The group with the most seeds of ``task`` (the paired comparison; curve groups have one seed)."""
-    sel = frame[frame.task == task]
-    if sel.empty:
-        return None
-    return str(sel.groupby("group").seed.nunique().idxmax())
 
 
 def scored_above(acc: pd.DataFrame, floor: float, percent: bool) -> bool:
@@ -229,529 +174,20 @@ def task_learned(lg: pd.DataFrame, scorer: str, item: str, step: int, method: st
     return scored_above(s[s.metric == "task_accuracy"], floor, percent=False)
 
 
-def claims(frame: pd.DataFrame) -> list[Claim]:
-    """The paper's claims with one paired contrast per arm × item (see the module); a contrast on a
-    probe or task that neither arm learned (:func:`zorro_learned`, :func:`task_learned`) is not judged."""
-    out = []
-    z = frame[(frame.part == "zorro")]
-    g = main_group(z, "mlm") if len(z) else None
-    if g is not None:
-        zg = z[z.group == g]
-        last, first = _last(zg, metric="zorro_accuracy"), _first(zg, metric="zorro_accuracy")
-
-        def spec(arm, item, step, method="pll"):
-            where = {"group": g, "item": item, "method": method, "step": step}
-            return Spec(
-                f"{arm} − softmax, {item}",
-                "zorro_accuracy",
-                {**where, "scorer": "softmax"},
-                {**where, "scorer": arm},
-                1,
-                any(zorro_learned(zg, sc, item, step, method) for sc in ("softmax", arm)),
-            )
-
-        arms = [a for a in ("ssa_n1.5", "ssa_n2") if a in set(zg.scorer)]
-        out += [
-            Claim(
-                "zorro mean12",
-                "SSA raises the mean Zorro accuracy over the paper's 12 probes (PLL, last checkpoint)",
-                PAPER["mean12"],
-                tuple(spec(a, MEAN_12, last) for a in arms),
-                "SSA − softmax (points)",
-            ),
-            Claim(
-                "zorro agr_rc ssa_n2",
-                "SSA n = 2 raises agreement across a relative clause",
-                PAPER["agr_rc"],
-                (spec("ssa_n2", "agreement_subject_verb-across_relative_clause", last),),
-                "SSA-2 − softmax (points)",
-            ),
-            Claim(
-                "zorro arg_str ssa_n2",
-                "SSA n = 2 raises the three argument-structure probes",
-                PAPER["arg_str"],
-                tuple(
-                    spec("ssa_n2", p, last)
-                    for p in (
-                        "argument_structure-dropped_argument",
-                        "argument_structure-swapped_arguments",
-                        "argument_structure-transitive",
-                    )
-                ),
-                "SSA-2 − softmax (points)",
-            ),
-            Claim(
-                "zorro irregular ssa_n1.5",
-                "SSA n = 1.5 raises irregular verbs",
-                PAPER["irregular"],
-                (spec("ssa_n1.5", "irregular-verb", last),),
-                "SSA-1.5 − softmax (points)",
-            ),
-            Claim(
-                "zorro pron_gender ssa_n1.5",
-                "SSA n = 1.5 raises pronoun gender",
-                PAPER["pron_gender"],
-                (spec("ssa_n1.5", "anaphor_agreement-pronoun_gender", last),),
-                "SSA-1.5 − softmax (points)",
-            ),
-        ]
-        if first is not None and first != last:
-            out.append(
-                Claim(
-                    f"zorro early step{first}",
-                    f"SSA is ahead on the mean of the 12 at step {first} (early in training)",
-                    PAPER["early_mlm"],
-                    tuple(spec(a, MEAN_12, first) for a in arms),
-                    "SSA − softmax (points)",
-                )
-            )
-    lm = frame[frame.part == "lm"]
-    g = main_group(lm, "lm") if len(lm) else None
-    if g is not None:
-        lg = lm[lm.group == g]
-        arm = next((a for a in lg.scorer.unique() if a != "softmax"), None)
-        last = _last(lg, metric="perplexity")
-        if arm is not None and last is not None:
-            splits = [s for s in ("heldout", "valid", "test") if s in set(lg[lg.metric == "perplexity"].item)]
-            out.append(
-                Claim(
-                    "lm perplexity",
-                    "SSA lowers perplexity (last checkpoint)",
-                    PAPER["ppl"],
-                    tuple(
-                        Spec(
-                            f"{arm} − softmax, {s}",
-                            "perplexity",
-                            {"group": g, "item": s, "step": last, "scorer": "softmax"},
-                            {"group": g, "item": s, "step": last, "scorer": arm},
-                            -1,
-                        )
-                        for s in splits
-                    ),
-                    "SSA / softmax (ratio)",
-                )
-            )
-            acc = lg[lg.metric == "task_accuracy"]
-            for method in sorted(acc.method.unique()):
-                step = _last(acc, method=method)
-                tasks = [t for t in MC_TASKS if t in set(acc[acc.method == method].item)]
-                out.append(
-                    Claim(
-                        f"lm lm_eval {method}",
-                        f"SSA raises LM-eval accuracy, {method}",
-                        PAPER["lm_eval"],
-                        tuple(
-                            Spec(
-                                f"{arm} − softmax, {t}",
-                                "task_accuracy",
-                                {"group": g, "item": t, "method": method, "step": step, "scorer": "softmax"},
-                                {"group": g, "item": t, "method": method, "step": step, "scorer": arm},
-                                1,
-                                any(task_learned(lg, sc, t, step, method) for sc in ("softmax", arm)),
-                            )
-                            for t in tasks
-                        ),
-                        "SSA − softmax (share)",
-                    )
-                )
-    return out
-
-
-def compute(paths: Mapping[str, Path]) -> tuple[pd.DataFrame, list, pd.DataFrame, pd.DataFrame]:
+def compute(
+    paths: Mapping[str, Path], entries: Mapping | None = None
+) -> tuple[pd.DataFrame, list, pd.DataFrame, pd.DataFrame]:
     """From the published per-seed CSVs: (the per-seed frame, the claims, the claims table, the
-    findings). The test recomputes the report's numbers with this from the CSVs alone."""
+    findings); ``entries``: the study's ``claims:`` section (none: no claims). The test recomputes the
+    report's numbers with this from the CSVs alone."""
     frame = read_back(paths)
-    found_claims = claims(frame) if len(frame) else []
+    found_claims = claims(frame, entries)
     table = paired.claims_table(frame, found_claims) if found_claims else pd.DataFrame()
     if len(table):
         per_claim = table.groupby("claim", sort=False).verdict.agg(lambda v: paired.claim_verdict(list(v)))
         table["claim_verdict"] = table.claim.map(per_claim)
     found = paired.findings(table, n=5) if len(table) else pd.DataFrame()
     return frame, found_claims, table, found
-
-
-# ------------------------------------------------------------------ tables
-SHORT = {
-    "agreement_subject_verb-across_prepositional_phrase": "agr_subj_verb-across_PP",
-    "agreement_subject_verb-across_relative_clause": "agr_subj_verb-across_RC",
-    "agreement_subject_verb-in_question_with_aux": "agr_subj_verb-in_Q+aux",
-    "anaphor_agreement-pronoun_gender": "anaphor_agr-pron_gender",
-    "argument_structure-dropped_argument": "arg_str-dropped_arg",
-    "argument_structure-swapped_arguments": "arg_str-swapped_args",
-    "argument_structure-transitive": "arg_str-transitive",
-    "binding-principle_a": "binding-principle_a",
-    "case-subjective_pronoun": "case-subjective_pron",
-    "filler-gap-wh_question_subject": "filler-gap-wh_Q_subject",
-    "irregular-verb": "irregular-verb",
-    "quantifiers-superlative": "quantifiers-superlative",
-}
-"""Zorro file stem → the paper's short name, for its 12 probes (data.root/zorro/names.tsv says the same;
-the report reads only stored results)."""
-MEAN_TEXT = {MEAN_12: "mean of the paper's 12", MEAN_ALL: "mean of all 23"}
-
-
-PAPER12 = list(SHORT)
-
-
-def chance_threshold(n: int) -> float:
-    """The smallest accuracy (%) of ``n`` pairs whose 95% Wilson interval lies above 50% (:func:`above_chance`)."""
-    k = next(k for k in range(n // 2, n + 1) if wilson(k, n)[0] > 0.5)
-    return 100.0 * k / n
-
-
-def above_chance(value_pct: float, n: float) -> bool:
-    """The 95% Wilson interval of an accuracy (``value_pct`` % of ``n`` pairs) lies above 50%."""
-    if not n or not np.isfinite(n):
-        return False
-    return wilson(round(value_pct / 100 * n), int(n))[0] > 0.5
-
-
-def regime_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Learning curves of the first seed of softmax per group × architecture (the candidates): at every
-    step, how many of the paper's 12 probes (and of all 23) lie above chance (Wilson 95% lower bound >
-    50%, PLL), the means, and the held-out masked-LM loss."""
-    z = frame[(frame.part == "zorro") & (frame.scorer == "softmax")]
-    if z.empty:
-        return pd.DataFrame()
-    rows = []
-    for (group, arch), g in z.groupby(["group", "arch"], sort=False):
-        g = g[g.seed == g.seed.min()]
-        for step, s in g.groupby("step"):
-            acc = s[(s.metric == "zorro_accuracy") & (s.method == "pll")]
-            per = acc[~acc.item.isin([MEAN_ALL, MEAN_12])]
-            p12 = per[per.item.isin(PAPER12)]
-            loss = s[s.metric == "mlm_loss"].value
-            rows.append(
-                {
-                    "group": group,
-                    "arch": arch,
-                    "seed": int(g.seed.min()),
-                    "step": int(step),
-                    "pairs per probe": int(per.n.max()) if len(per) else 0,
-                    "paper 12 above chance": f"{sum(above_chance(r.value, r.n) for r in p12.itertuples())} of {len(p12)}",
-                    "all 23 above chance": f"{sum(above_chance(r.value, r.n) for r in per.itertuples())} of {len(per)}",
-                    "mean of 12 (%)": round(float(acc[acc.item == MEAN_12].value.mean()), 1),
-                    "mean of 23 (%)": round(float(acc[acc.item == MEAN_ALL].value.mean()), 1),
-                    "held-out MLM loss": round(float(loss.mean()), 3) if len(loss) else math.nan,
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def _seed_text(values) -> str:
-    v = np.asarray(values, dtype=float)
-    if not len(v):
-        return ""
-    return f"{v.mean():.1f} ({v.min():.1f}–{v.max():.1f})"
-
-
-PAPER_ARM = {"ssa_n1.5": 1, "ssa_n2": 2}  # the column of PAPER_TABLE3 (softmax, SSA-1.5, SSA-2)
-
-
-def table3(frame: pd.DataFrame, table: pd.DataFrame, method: str = "pll") -> pd.DataFrame:
-    """The paper's table 3 beside ours at the last checkpoint of the main group: per probe, each
-    scorer's seed mean (min–max), the paper's three numbers, and each SSA arm − softmax (estimate,
-    interval, sign-flip p Holm-adjusted within the arm over the 12 probes and the two means) beside the
-    paper's difference. Descriptive, no verdict: the paper's differences have both signs, and a family of
-    14 needs :func:`stats.seeds_to_call` (14) seeds before anything can be called; the claims are the tests."""
-    z = frame[(frame.part == "zorro") & (frame.metric == "zorro_accuracy") & (frame.method == method)]
-    g = main_group(z, "mlm")
-    if g is None:
-        return pd.DataFrame()
-    z = z[z.group == g]
-    z = z[z.step == z.step.max()]
-    short = SHORT
-    items = [*PAPER12, MEAN_12, MEAN_ALL]
-    sub = z[z.item.isin(items)]
-    arms = [a for a in ("ssa_n1.5", "ssa_n2", "ssa") if a in set(sub.scorer)]
-    tables = [  # Holm within each arm over the rows below (one contrast_table per arm)
-        stats.contrast_table(
-            sub[sub.scorer.isin(["softmax", arm])].assign(metric="zorro_accuracy"),
-            by=["item"],
-            arm_col="scorer",
-            base="softmax",
-            claimed_sign=1,
-            n_boot=4000,
-        )
-        for arm in arms
-        if "softmax" in set(sub.scorer)
-    ]
-    ct = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-    rows = []
-    for item in items:
-        s = sub[sub.item == item]
-        if s.empty:
-            continue
-        name = short.get(item, MEAN_TEXT.get(item))
-        row = {"probe": name}
-        for sc in ["softmax", *arms]:
-            row[sc] = _seed_text(s[s.scorer == sc].value)
-        paper = PAPER_TABLE3.get(name)
-        if item == MEAN_12:
-            paper = tuple(np.mean([v[i] for v in PAPER_TABLE3.values()]) for i in range(3))
-        row["paper softmax / 1.5 / 2"] = " / ".join(f"{x:.4g}" for x in paper) if paper else ""
-        for arm in arms:
-            c = ct[(ct.item == item) & (ct.scorer == arm)] if len(ct) else ct
-            if len(c):
-                r = c.iloc[0]
-                i = PAPER_ARM.get(arm)
-                theirs = f" (paper {paper[i] - paper[0]:+.1f})" if paper and i else ""
-                row[f"{arm} − softmax"] = (
-                    f"{r.estimate:+.1f} [{r.low:+.1f}, {r.high:+.1f}], p_Holm {r.p_holm:.2g}{theirs}"
-                )
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def mlm_loss_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Held-out masked-LM loss per step, seed mean (min–max) per scorer, main group."""
-    z = frame[(frame.part == "zorro") & (frame.metric == "mlm_loss")]
-    g = main_group(z, "mlm")
-    if g is None:
-        return pd.DataFrame()
-    z = z[z.group == g]
-    out = z.pivot_table(index="step", columns="scorer", values="value", aggfunc=lambda v: _seed_text_3(v))
-    return out.reset_index()
-
-
-def _seed_text_3(values) -> str:
-    v = np.asarray(values, dtype=float)
-    return f"{v.mean():.3f} ({v.min():.3f}–{v.max():.3f}, {len(v)})"
-
-
-def geometric_mean(v) -> float:
-    """exp(mean log v) (``scipy.stats.gmean``): a perplexity's seed mean, on its contrast's (ratio) scale."""
-    return float(gmean(np.asarray(v, dtype=float)))
-
-
-def perplexity_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Perplexity per split and step, geometric seed mean (min–max, seeds) per scorer; the paper's at the side."""
-    p = frame[(frame.part == "lm") & (frame.metric == "perplexity")]
-    g = main_group(p, "lm")
-    if g is None:
-        return pd.DataFrame()
-    p = p[p.group == g]
-    rows = []
-    for (split, step), s in p.groupby(["item", "step"], sort=True):
-        row = {"split": SPLIT_TEXT.get(split, split), "step": int(step), "tokens": int(s.n.max())}
-        for sc in sorted(s.scorer.unique(), key=lambda x: (x != "softmax", x)):
-            v = s[s.scorer == sc].value.to_numpy(float)
-            row[sc] = f"{geometric_mean(v):.1f} ({v.min():.1f}–{v.max():.1f}, {len(v)})"
-        rows.append(row)
-    out = pd.DataFrame(rows)
-    if len(out):
-        out["paper (OpenWebText, GPT-2 small)"] = f"{PAPER_PERPLEXITY[0]} / {PAPER_PERPLEXITY[1]}"
-    return out
-
-
-def lm_eval_table(frame: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
-    """Table 2's layout: per task × shots, each scorer's seed-mean accuracy (%), the seeds whose 95%
-    Wilson interval lies above chance, chance and majority levels, the paper's numbers, and the paired
-    contrast from the claims table."""
-    lm = frame[frame.part == "lm"]
-    g = main_group(lm, "lm")
-    if g is None:
-        return pd.DataFrame()
-    lm = lm[lm.group == g]
-    acc = lm[lm.metric == "task_accuracy"]
-    if acc.empty:
-        return pd.DataFrame()
-    acc = acc[acc.step == acc.step.max()]
-    rows = []
-    for (task, method), s in acc.groupby(["item", "method"], sort=False):
-        k = 0 if method.startswith("0") else 1
-        levels = lm[(lm.item == task) & (lm.method == method)]
-        ch = float(levels[levels.metric == "chance"].value.mean())
-        maj = float(levels[levels.metric == "majority"].value.mean())
-        row = {
-            "task": MC_TASKS[task].paper,
-            "shots": method,
-            "chance / majority (%)": f"{100 * ch:.1f} / {100 * maj:.1f}",
-        }
-        for sc in sorted(s.scorer.unique(), key=lambda x: (x != "softmax", x)):
-            v = s[s.scorer == sc]
-            above = sum(
-                wilson(round(r.value * r.n), int(r.n))[0] > max(ch, maj) for r in v.itertuples() if r.n > 0
-            )
-            row[sc] = f"{100 * v.value.mean():.1f} (above chance: {above} of {len(v)})"
-        paper = PAPER_TABLE2.get(task)
-        row["paper softmax / SSA"] = f"{paper[k][0]} / {paper[k][1]}" if paper else ""
-        c = (
-            table[(table.claim == f"lm lm_eval {method}") & table.contrast.str.endswith(f", {task}")]
-            if len(table)
-            else table
-        )
-        if len(c):
-            r = c.iloc[0]
-            row["SSA − softmax"] = (
-                f"{100 * r.estimate:+.1f} [{100 * r.low:+.1f}, {100 * r.high:+.1f}] → {r.verdict}"
-            )
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-# ------------------------------------------------------------------ figures
-def _scorer_order(values) -> list[str]:
-    return sorted(set(values), key=lambda x: (x != "softmax", x))
-
-
-def _step_axis(ax, steps) -> None:
-    """A log step axis labelled at the checkpoints themselves (no minor ticks)."""
-    steps = sorted({int(x) for x in steps})
-    ax.set_xscale("log")
-    ax.minorticks_off()
-    ax.set_xticks(steps, [f"{x:g}" for x in steps], fontsize=6)
-
-
-def zorro_curves_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
-    """Zorro learning curves per scorer: one panel per paper probe and the two means, accuracy (PLL)
-    against the checkpoint step, the seed mean as a line and the seeds' range as a band; chance dashed."""
-    z = frame[(frame.part == "zorro") & (frame.metric == "zorro_accuracy") & (frame.method == "pll")]
-    g = main_group(z, "mlm")
-    if g is None or z[z.group == g].step.nunique() < 2:
-        return None
-    z = z[z.group == g]
-    short = SHORT
-    items = [MEAN_12, MEAN_ALL, *PAPER12]
-    fig, axes = plt.subplots(4, 4, figsize=(11, 8.5), sharex=True)
-    for ax, item in zip(axes.flat, items):
-        s = z[z.item == item]
-        for j, sc in enumerate(_scorer_order(z.scorer)):
-            t = s[s.scorer == sc].groupby("step").value.agg(["mean", "min", "max"])
-            if t.empty:
-                continue
-            ax.plot(t.index, t["mean"], "-o", ms=2.5, color=f"C{j}", label=sc, lw=1.2)
-            ax.fill_between(t.index, t["min"], t["max"], color=f"C{j}", alpha=0.15, lw=0)
-        ax.axhline(CHANCE, color="grey", ls="--", lw=0.7)
-        ax.set_title(MEAN_TEXT.get(item, short.get(item, item)), fontsize=7.5)
-        ax.tick_params(labelsize=6)
-        _step_axis(ax, z.step)
-    for ax in list(axes.flat)[len(items) :]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=6)
-    fig.supxlabel("training step (log)", fontsize=8)
-    fig.supylabel("Zorro accuracy, PLL (%)", fontsize=8)
-    fig.suptitle("Zorro learning curves: seed mean (line) and range (band); chance 50% dashed", fontsize=9)
-    fig.subplots_adjust(
-        left=0.07, right=0.98, bottom=0.07, top=0.92, hspace=0.45, wspace=0.3
-    )  # (tight_layout: seconds)
-    save(fig, figdir / "zorro_curves.png", formats=("png",), dpi=90)
-    return figdir / "zorro_curves.png"
-
-
-def table3_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
-    """The table-3 layout as a dot plot: per probe, each scorer's seeds (dots) and seed mean with its
-    95% Student-t interval over seeds (bar), the paper's number (×), chance dashed."""
-    z = frame[(frame.part == "zorro") & (frame.metric == "zorro_accuracy") & (frame.method == "pll")]
-    g = main_group(z, "mlm")
-    if g is None:
-        return None
-    z = z[z.group == g]
-    z = z[z.step == z.step.max()]
-    short = SHORT
-    items = [*PAPER12, MEAN_12, MEAN_ALL]
-    scorers = _scorer_order(z.scorer)
-    paper_index = {"softmax": 0, "ssa_n1.5": 1, "ssa_n2": 2}
-    fig, ax = plt.subplots(figsize=(7, 0.42 * len(items) + 1.2))
-    h = 0.8 / len(scorers)
-    for j, sc in enumerate(scorers):
-        for i, item in enumerate(items):
-            v = z[(z.item == item) & (z.scorer == sc)].value.to_numpy(float)
-            if not len(v):
-                continue
-            y = i - 0.4 + h * (j + 0.5)
-            ax.plot(v, np.full(len(v), y), "o", ms=2.5, color=f"C{j}", alpha=0.5)
-            ci = seed_interval(v)
-            labelled = sc in ax.get_legend_handles_labels()[1]
-            ax.plot([ci["mean"]], [y], "|", ms=8, color=f"C{j}", mew=2, label=None if labelled else sc)
-            if np.isfinite(ci["ci_low"]):  # (an accuracy: the interval clipped to [0, 100])
-                ax.hlines(y, max(ci["ci_low"], 0.0), min(ci["ci_high"], 100.0), color=f"C{j}", lw=1.2)
-            name = short.get(item)
-            if name in PAPER_TABLE3 and sc in paper_index:
-                ax.plot([PAPER_TABLE3[name][paper_index[sc]]], [y], "x", color=f"C{j}", ms=4)
-    ax.axvline(CHANCE, color="grey", ls="--", lw=0.7)
-    ax.set_xlim(0, 100)
-    labels = [short.get(i, MEAN_TEXT.get(i, i)) for i in items]
-    ax.set_yticks(range(len(items)), labels, fontsize=7)
-    ax.set_ylim(len(items) - 0.5, -0.5)
-    ax.set_xlabel(f"Zorro accuracy, PLL (%), step {int(z.step.max())}; × the paper's table 3", fontsize=8)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    save(fig, figdir / "zorro_table3.png", formats=("png",), dpi=90)
-    return figdir / "zorro_table3.png"
-
-
-def perplexity_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
-    """Perplexity (log scale) against the checkpoint step per split: seed mean line, range band, per
-    scorer; and the held-out masked-LM loss of the encoder leg beside them when stored."""
-    p = frame[(frame.part == "lm") & (frame.metric == "perplexity")]
-    m = frame[(frame.part == "zorro") & (frame.metric == "mlm_loss")]
-    panels = []
-    gp, gm = main_group(p, "lm"), main_group(m, "mlm")
-    if gp is not None:
-        p = p[p.group == gp]
-        panels += [
-            (f"perplexity: {SPLIT_TEXT.get(s, s)}", p[p.item == s], True) for s in sorted(p.item.unique())
-        ]
-    if gm is not None:
-        panels.append(("masked LM: held-out loss (nats)", m[m.group == gm], False))
-    if not panels:
-        return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.1 * len(panels), 2.7), squeeze=False)
-    for ax, (title, s, logy) in zip(axes[0], panels):
-        for j, sc in enumerate(_scorer_order(s.scorer)):
-            t = s[s.scorer == sc].groupby("step").value.agg(["mean", "min", "max"])
-            if logy:  # perplexity: the geometric seed mean (its contrast is a ratio)
-                t["mean"] = s[s.scorer == sc].groupby("step").value.agg(geometric_mean)
-            ax.plot(t.index, t["mean"], "-o", ms=2.5, color=f"C{j}", label=sc)
-            ax.fill_between(t.index, t["min"], t["max"], color=f"C{j}", alpha=0.15, lw=0)
-        if logy:
-            ax.set_yscale("log")
-        _step_axis(ax, s.step)
-        ax.set_title(title, fontsize=8)
-        ax.tick_params(labelsize=6)
-        ax.set_xlabel("training step (log)", fontsize=7)
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    save(fig, figdir / "perplexity_curves.png", formats=("png",), dpi=90)
-    return figdir / "perplexity_curves.png"
-
-
-def regime_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
-    """The candidates' learning curves (softmax, first seed, per group × architecture): mean Zorro
-    accuracy of the paper's 12 and all 23 against the step."""
-    z = frame[
-        (frame.part == "zorro")
-        & (frame.scorer == "softmax")
-        & (frame.metric == "zorro_accuracy")
-        & (frame.method == "pll")
-        & frame.item.isin([MEAN_12, MEAN_ALL])
-    ]
-    if z.empty or z.step.nunique() < 2:
-        return None
-    fig, ax = plt.subplots(figsize=(5, 3))
-    for j, ((group, arch), g) in enumerate(z.groupby(["group", "arch"], sort=False)):
-        g = g[g.seed == g.seed.min()]
-        for item, ls in ((MEAN_12, "-"), (MEAN_ALL, ":")):
-            t = g[g.item == item].groupby("step").value.mean()
-            ax.plot(
-                t.index,
-                t.values,
-                ls,
-                marker="o",
-                ms=2.5,
-                color=f"C{j}",
-                label=f"{group}/{arch}, {'12' if item == MEAN_12 else '23'}",
-            )
-    ax.axhline(CHANCE, color="grey", ls="--", lw=0.7)
-    _step_axis(ax, z.step)
-    ax.set_xlabel("training step (log)", fontsize=8)
-    ax.set_ylabel("mean Zorro accuracy, PLL (%)", fontsize=8)
-    ax.legend(fontsize=6)
-    ax.tick_params(labelsize=7)
-    fig.tight_layout()
-    save(fig, figdir / "regime.png", formats=("png",), dpi=90)
-    return figdir / "regime.png"
 
 
 # ------------------------------------------------------------------ the report
@@ -768,7 +204,7 @@ def evaluations_for(setup: Mapping | None):
         name = registered(task)
         if name not in TASKS:
             return []
-        supports = TASKS.get(name).evaluation.supports
+        supports = applicable(TASKS.get(name))
         return [
             k
             for k, v in setup.get("evaluations", {}).items()
@@ -873,30 +309,6 @@ def verdict_digest(found_claims, table: pd.DataFrame) -> list[str]:
     return out
 
 
-def claims_markdown(found_claims, table: pd.DataFrame) -> list[str]:
-    rows, unmeasured = [], []
-    for c in found_claims:
-        t = table[table.claim == c.key] if len(table) else pd.DataFrame()
-        if t.empty:
-            unmeasured.append(c.claim)
-            continue
-        rows.append(
-            {
-                "claim (tested as)": c.claim,
-                "the paper's words": c.paper,
-                "measured (b − a per contrast)": f"*{c.contrast_text}* — "
-                + "; ".join(
-                    f"{r['contrast']}: {paired.contrast_text(r)} → {r['verdict']}" for _, r in t.iterrows()
-                ),
-                "verdict": paired.claim_verdict(list(t.verdict)),
-            }
-        )
-    out = [markdown_table(pd.DataFrame(rows))] if rows else ["No claim could be measured (see *Missing*)."]
-    if unmeasured:
-        out += ["", "Not measured (no paired data yet, see *Missing*): " + "; ".join(unmeasured) + "."]
-    return out
-
-
 def title(name: str) -> str:
     return (
         f"# {name}: what small encoders and decoders, sized to train in minutes on a CPU, can show about SSA's "
@@ -939,7 +351,7 @@ def render(
     ``--from-csv``'s common part)."""
     out_dir = Path(out_dir)
     figdir = out_dir / name
-    frame, found_claims, table, found = compute(paths)
+    frame, found_claims, table, found = compute(paths, (setup or {}).get("claims"))
     missing = list(inputs["missing"])
     lines = [
         title(name),

@@ -199,11 +199,14 @@ class Claim:
     paper: str  # the paper's words
     specs: Sequence[Spec] = field(default_factory=tuple)
     contrast_text: str = "b − a"  # what the estimate is, e.g. "SSA − softmax"
+    primary: bool = False  # one of the study's declared primary endpoints (at most four: reports/claims.py)
+    family: str | None = None  # its Holm family (claims naming one share it); None: the claim alone
 
 
 def pairs(frame: pd.DataFrame, claims: Sequence[Claim]) -> pd.DataFrame:
     """The rows every contrast uses, stacked: ``claim``, ``contrast`` (the spec's label), ``metric``,
-    ``arm`` (a | b), ``seed``, ``value``, ``claimed_sign``. A spec with no rows contributes nothing."""
+    ``arm`` (a | b), ``seed``, ``value``, ``claimed_sign``, ``family`` (the claim's Holm family: its
+    ``family``, else its key). A spec with no rows contributes nothing."""
     rows = []
     for c in claims:
         for s in c.specs:
@@ -221,18 +224,20 @@ def pairs(frame: pd.DataFrame, claims: Sequence[Claim]) -> pd.DataFrame:
                             "seed": sel.seed.to_numpy(),
                             "value": sel.value.to_numpy(float),
                             "claimed_sign": s.claimed_sign,
+                            "family": c.family or c.key,
                         }
                     )
                 )
-    cols = ["claim", "contrast", "metric", "arm", "seed", "value", "claimed_sign"]
+    cols = ["claim", "contrast", "metric", "arm", "seed", "value", "claimed_sign", "family"]
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=cols)
 
 
 def claims_table(frame: pd.DataFrame, claims: Sequence[Claim], *, n_boot: int = 4000) -> pd.DataFrame:
-    """Every contrast of every claim (:func:`stats.contrast_table`, Holm within each claim): one row
+    """Every contrast of every claim (:func:`stats.contrast_table`, Holm within each claim's family: the
+    claim itself unless claims name a shared ``family``): one row
     per claim × contrast with a and b both measured (columns ``claim``, ``contrast``, ``metric``,
     ``n_seeds``, ``estimate``, ``low``, ``high``, ``p_value``, ``p_holm``, ``verdict``, ``margin``,
-    ``scale``, ``effect_size``, ``per_seed``, ``mean_a``, ``mean_b``)."""
+    ``scale``, ``effect_size``, ``per_seed``, ``mean_a``, ``mean_b``, ``family``)."""
     p = pairs(frame, claims)
     if p.empty:
         return pd.DataFrame()
@@ -240,18 +245,18 @@ def claims_table(frame: pd.DataFrame, claims: Sequence[Claim], *, n_boot: int = 
     p = p[both]
     if p.empty:
         return pd.DataFrame()
-    # Holm within each claim over the judged contrasts only: an unjudged one (two models that did not
+    # Holm within each family over the judged contrasts only: an unjudged one (two models that did not
     # learn, Spec.judged) gets its estimate and interval, but joins no family and no finding
     unjudged = {(c.key, s.label) for c in claims for s in c.specs if not s.judged}
     judged = np.array([(c, s) not in unjudged for c, s in zip(p.claim, p.contrast)], dtype=bool)
     kw = dict(
-        by=["claim", "contrast", "metric"],
+        by=["claim", "contrast", "metric", "family"],
         arm_col="arm",
         base="a",
         claimed_sign="claimed_sign",
         margin={**stats.MARGINS, **EXTRA_MARGINS},
         scale={**stats.METRIC_SCALES, **EXTRA_SCALES},
-        family=["claim"],
+        family=["family"],
         n_boot=n_boot,
     )
     parts = []
@@ -371,13 +376,13 @@ def power_table(table: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     power, both at α/k: Holm's first step, so the power is a lower bound and the seeds an upper one. A
     family of k needs k · 2^(1−n) < α before the exact sign-flip test can call anything."""
     judged = table[table.verdict != NOT_LEARNED] if "verdict" in table else table
-    family = judged.groupby("claim").size()
+    family = judged.groupby("family" if "family" in judged else "claim").size()
     rows = []
     for r in judged.itertuples():
         dz = r.effect_size
         if not np.isfinite(dz) or dz == 0:
             continue
-        k = int(family.get(r.claim, 1))
+        k = int(family.get(getattr(r, "family", r.claim), 1))
         rows.append(
             {
                 "claim": r.claim,

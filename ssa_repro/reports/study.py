@@ -22,7 +22,8 @@ tests/test_report_freshness.py checks every committed report that way). Then ``<
 5. what is missing (groups or evaluations not yet stored), and the setup.
 
 ``<out>/<name>_claims.csv`` holds the claims table's numbers. The ICL-specific parts are in
-``reports/icl.py``; the generic ones in ``reports/paired.py`` and ``reports/provenance.py``.
+``reports/icl*.py`` and ``reports/length.py`` (the claims: the study file's ``claims:``, read by
+``reports/claims.py``); the generic ones in ``reports/paired.py`` and ``reports/provenance.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import pandas as pd
 
 from ssa_repro import stats
 from ssa_repro.core.atomic import write_text
-from ssa_repro.reports import icl, paired, provenance
+from ssa_repro.reports import icl, icl_cells, icl_figures, icl_frame, icl_tables, length, paired, provenance
 from ssa_repro.reports.tables import markdown_table
 
 CLAIM_COLUMNS = [
@@ -58,11 +59,14 @@ CLAIM_COLUMNS = [
 ]
 
 
-def compute(paths: dict[str, Path]) -> tuple[pd.DataFrame, list, pd.DataFrame, pd.DataFrame]:
+def compute(
+    paths: dict[str, Path], entries: dict | None = None
+) -> tuple[pd.DataFrame, list, pd.DataFrame, pd.DataFrame]:
     """From the published per-seed CSVs: (the per-seed frame, the claims, the claims table, the
-    findings). The test recomputes the report's numbers with this from the CSVs alone."""
+    findings); ``entries``: the study's ``claims:`` section (reports/claims.py; none: no claims). The
+    test recomputes the report's numbers with this from the CSVs alone."""
     frame = paired.read_back(paths)
-    claims = icl.claims(frame) if len(frame) else []
+    claims = icl.claims(frame, entries) if len(frame) else []
     table = paired.claims_table(frame, claims) if claims else pd.DataFrame()
     if len(table):
         per_claim = table.groupby("claim", sort=False).verdict.agg(lambda v: paired.claim_verdict(list(v)))
@@ -268,8 +272,8 @@ def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None
     figdir = out_dir / name
     figdir.mkdir(parents=True, exist_ok=True)
     index = read_index(root)
-    paths = paired.export(icl.per_seed(index) if index is not None else {}, figdir)
-    missing = paired.missing_jobs(index, setup, icl.evaluations_for(setup))
+    paths = paired.export(icl_cells.per_seed(index) if index is not None else {}, figdir)
+    missing = paired.missing_jobs(index, setup, icl_cells.evaluations_for(setup))
     inputs = save_inputs(figdir, run_inputs(root, index, missing, paths))
     return render(paths, inputs, out_dir, name, command, setup)
 
@@ -281,7 +285,7 @@ def render(
     and :func:`from_csv`'s common part."""
     out_dir = Path(out_dir)
     figdir = out_dir / name
-    frame, claims, table, found = compute(paths)
+    frame, claims, table, found = compute(paths, (setup or {}).get("claims"))
     missing = list(inputs["missing"])
     lines = [
         title(name, setup, provenance.trained_on(inputs["runs"])),
@@ -312,12 +316,14 @@ def render(
         "Sequence and token error per shift region (σ shift: another σ at training lengths; "
         "length shift: the training σ, longer prompts), seed mean (min–max, seeds), with the "
         "label-rule baselines (they do not depend on the scorer).",
-        icl.over_bases(icl.shift_table, frame),
+        icl_frame.over_bases(icl_tables.shift_table, frame),
     )
-    for base in icl.bases(frame):
-        for task in icl.QUANT:
-            lines += figure_lines(icl.shift_figure(frame, task, figdir, base), f"shift {task}", name, figs)
-    curves = icl.length_table(frame) if len(frame) else pd.DataFrame()
+    for base in icl_frame.bases(frame):
+        for task in icl_frame.QUANT:
+            lines += figure_lines(
+                icl_figures.shift_figure(frame, task, figdir, base), f"shift {task}", name, figs
+            )
+    curves = length.length_table(frame) if len(frame) else pd.DataFrame()
     if len(curves):
         lines += section(
             "Length extrapolation at σ = 1",
@@ -328,8 +334,8 @@ def render(
             curves,
         )
         for task in dict.fromkeys(curves.task):
-            lines += figure_lines(icl.length_figure(frame, task, figdir), f"length {task}", name, figs)
-        learned = icl.length_learned(frame)
+            lines += figure_lines(length.length_figure(frame, task, figdir), f"length {task}", name, figs)
+        learned = length.length_learned(frame)
         if len(learned):
             lines += section(
                 "Did the length tasks' models learn",
@@ -343,7 +349,7 @@ def render(
         "Where the out-of-distribution effects are",
         "SSA − softmax per cell of the largest-σ row and the longest length (not diluted by the "
         "grid mean), paired by seed, Holm within each task.",
-        icl.over_bases(icl.ood_table, frame),
+        icl_frame.over_bases(icl_tables.ood_table, frame),
     )
     lines += section(
         "Deviant prompts",
@@ -351,11 +357,11 @@ def render(
         "control: it is right): errors at the inserted token vs after it vs elsewhere, how often "
         "predictions follow it (beside the labels), attention on it per layer (heads' mean and "
         "the most attending head) and the uniform share. Seed means.",
-        icl.over_bases(icl.deviant_table, frame),
+        icl_frame.over_bases(icl_tables.deviant_table, frame),
     )
-    for base in icl.bases(frame):
-        for task in [*icl.QUANT, "linear"]:
-            f = icl.deviant_grid_figure(frame, task, figdir, base)
+    for base in icl_frame.bases(frame):
+        for task in [*icl_frame.QUANT, "linear"]:
+            f = icl_figures.deviant_grid_figure(frame, task, figdir, base)
             lines += figure_lines(f, f"deviant {task}", name, figs)
     lines += section(
         "Boundary values",
@@ -363,12 +369,14 @@ def render(
         "(`y_true_high`) and of y in training (`train_high`), the saturation point and any "
         "plateau or read-out bound the evaluation stores; seed means. Every arm but "
         "`preln_nofinal` ends in LayerNorm + linear read-out, which bounds ŷ for any input.",
-        icl.boundary_table(frame) if len(frame) else None,
+        icl_tables.boundary_table(frame) if len(frame) else None,
     )
-    lines += figure_lines(icl.boundary_figure(frame, figdir) if len(frame) else None, "boundary", name, figs)
+    lines += figure_lines(
+        icl_figures.boundary_figure(frame, figdir) if len(frame) else None, "boundary", name, figs
+    )
     groups = set((setup or {}).get("groups", {})) or None  # None (no setup): every section
     lines += other_groups_lines(table, groups)
-    for f in icl.ladder_figures(frame, figdir) if len(frame) else []:
+    for f in icl_figures.ladder_figures(frame, figdir) if len(frame) else []:
         lines += figure_lines(f, f.stem, name, figs)
     if groups is None or "architecture" in groups:  # sections that read one group's runs: where it exists
         lines += architecture_lines(frame, figdir, name, figs)
@@ -379,14 +387,14 @@ def render(
     lines += section(
         "Linear MSE per σ_F at x ~ N(0, 1) (the paper's table 1)",
         "Seed mean of the MSE per σ_F (σ_x = 1), with the zero predictor and least squares.",
-        icl.over_bases(icl.linear_table1, frame),
+        icl_frame.over_bases(icl_tables.linear_table1, frame),
     )
-    for base in icl.bases(frame):
-        lines += figure_lines(icl.linear_figure(frame, figdir, base), "linear MSE", name, figs)
+    for base in icl_frame.bases(frame):
+        lines += figure_lines(icl_figures.linear_figure(frame, figdir, base), "linear MSE", name, figs)
     lines += section(
         "Seeds that generalise (bimodal outcomes)",
         "Seeds with sequence error below 0.1, softmax vs SSA, Fisher's exact test.",
-        icl.over_bases(icl.generalising, frame),
+        icl_frame.over_bases(icl_tables.generalising, frame),
     )
     lines += section(
         "Power for the effects seen",
@@ -431,9 +439,9 @@ def claim_rows(table: pd.DataFrame, claims: list[str]) -> pd.DataFrame | None:
 
 def other_groups_lines(table: pd.DataFrame, groups: set | None) -> list[str]:
     """A section per group outside icl_cpu's (icl_scale's ladder): its SSA − softmax contrast per
-    architecture (rung), the claims table's ``ssa_<group>`` rows (its figures follow: ``icl.ladder_figures``)."""
+    architecture (rung), the claims table's ``ssa_<group>`` rows (its figures follow: ``icl_figures.ladder_figures``)."""
     out = []
-    for group in sorted((groups or set()) - set(icl.KNOWN_GROUPS)):
+    for group in sorted((groups or set()) - set(icl_frame.KNOWN_GROUPS)):
         out += section(
             f"Group `{group}`: SSA − softmax per architecture",
             f"The claims table's `ssa_{group}` rows: per architecture (a rung of a scale ladder), SSA − "
@@ -451,24 +459,24 @@ def architecture_lines(frame: pd.DataFrame, figdir: Path, name: str, figs: list)
         "Architecture: LayerNorm placement × embedding LayerNorm",
         "Seed mean (min–max, seeds); pre-LN from the core group (its seeds), the others from the "
         "architecture group. The contrasts are the claims table's `architecture` row.",
-        icl.architecture_table(frame) if len(frame) else None,
+        icl_tables.architecture_table(frame) if len(frame) else None,
     )
     arch = (
         paired.select(frame, part="grid", predictor="model", task="every_num", train_sigma=1.0)
         if len(frame)
         else frame
     )
-    ax = icl.axes(frame) if len(frame) else {}
+    ax = icl_frame.axes(frame) if len(frame) else {}
     if len(arch) and ax.get("sigma_max") is not None:
         a = arch[
-            (arch.summary == f"train_lengths sigma={icl._g(ax['sigma_max'])}")
+            (arch.summary == f"train_lengths sigma={icl_frame._g(ax['sigma_max'])}")
             & arch.group.isin(["core", "architecture"])
         ]
-        f = icl.dots(
-            a.assign(arch=a.arch.map(lambda x: icl.ARCH_TEXT.get(x, x))),
+        f = icl_figures.dots(
+            a.assign(arch=a.arch.map(lambda x: icl_frame.ARCH_TEXT.get(x, x))),
             "arch",
             "scorer",
-            f"every_num, σ = {icl._g(ax['sigma_max'])} at training lengths, per seed",
+            f"every_num, σ = {icl_frame._g(ax['sigma_max'])} at training lengths, per seed",
             "sequence error",
             figdir / "architecture.png",
         )
@@ -478,16 +486,18 @@ def architecture_lines(frame: pd.DataFrame, figdir: Path, name: str, figs: list)
 
 def alternatives_lines(frame: pd.DataFrame) -> list[str]:
     """icl_cpu's alternatives group (temperature, the negative control, and hybrid heads) against softmax."""
-    ax = icl.axes(frame) if len(frame) else {}
+    ax = icl_frame.axes(frame) if len(frame) else {}
     alt = None
     if len(frame) and ax.get("sigma_max") is not None:
         summaries = {
-            f"train_lengths sigma={icl._g(ax['sigma_max'])}": f"σ = {icl._g(ax['sigma_max'])}",
-            f"sigma={icl._g(ax['sigma_min'])} length={ax['length_max']}": f"length {ax['length_max']}",
+            f"train_lengths sigma={icl_frame._g(ax['sigma_max'])}": f"σ = {icl_frame._g(ax['sigma_max'])}",
+            f"sigma={icl_frame._g(ax['sigma_min'])} length={ax['length_max']}": f"length {ax['length_max']}",
         }
         if ax["sigma_f"]:
-            summaries[f"sigma_f={icl._g(ax['sigma_f'][-1])} sigma_x=1"] = f"σ_F = {icl._g(ax['sigma_f'][-1])}"
-        alt = icl.contrasts_against(frame, "alternatives", summaries)
+            summaries[f"sigma_f={icl_frame._g(ax['sigma_f'][-1])} sigma_x=1"] = (
+                f"σ_F = {icl_frame._g(ax['sigma_f'][-1])}"
+            )
+        alt = icl_tables.contrasts_against(frame, "alternatives", summaries)
     return section(
         "Alternatives (temperature is the negative control)",
         "The learnable per-head temperature can be absorbed into W_Q: it computes softmax's "
