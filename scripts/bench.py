@@ -28,7 +28,8 @@ every variant alike; medians are reported.
   (FlexAttention, CUDA), ``ours-triton`` (the fused Triton kernel, ssa_repro/kernels/; CUDA), with the
   ratio SSA / softmax per row.
 - Evaluation: sequences per second of the quantifier grid (default model, every task) through the plain
-  and the fused (FlexAttention) path per scorer, on ``--eval-prompts`` prompts at each of the paper
+  and the fused (FlexAttention) path per scorer (``--eval-paths``; ``node``: the plain path with SSA's
+  CPU inference through its training node, as before its blocked path), on ``--eval-prompts`` prompts at each of the paper
   grid's 20 lengths, and the projected time of the full grid (see ``eval_throughput``).
 """
 
@@ -45,7 +46,7 @@ from torch import nn
 
 from ssa_repro.models import attention, build_model, count_parameters
 from ssa_repro.models.positions import POSITIONS
-from ssa_repro.scorers import SCORERS
+from ssa_repro.scorers import SCORERS, ssa
 from ssa_repro.scorers.base import masked_softmax
 from ssa_repro.scorers.ssa import ssa_transform
 from ssa_repro.tasks import build_task
@@ -311,7 +312,7 @@ def eval_throughput(device, args) -> None:
         torch.manual_seed(0)
         cfg = OmegaConf.create(SIZES["small"])
         models[scorer] = build_model(cfg, OmegaConf.structured(SCORERS.schemas[scorer]())).to(device).eval()
-    variants = [(s, path) for s in args.scorers for path in ("plain", "fused")]
+    variants = [(s, path) for s in args.scorers for path in args.eval_paths]
     g = torch.Generator().manual_seed(0)
     n_batches = max(1, args.eval_prompts // bsz)
 
@@ -320,7 +321,9 @@ def eval_throughput(device, args) -> None:
 
     def run(variant, batches) -> float:
         scorer, path = variant
-        with flex.inference_path(path):
+        # "node": the plain path with SSA's CPU inference through its training node (before blocks)
+        ssa.BLOCKED_INFERENCE = path != "node"
+        with flex.inference_path("plain" if path == "node" else path):
             sync(device)
             t = time.perf_counter()
             predict_batches(models[scorer], batches)
@@ -351,13 +354,14 @@ def eval_throughput(device, args) -> None:
         f"{2 * lengths[0]}..{2 * lengths[-1]} tokens), variants interleaved per length"
     )
     print(
-        f"  {'variant':<16} {'sequences/s':>11} {'time vs ' + variants[0][0] + ' plain':>20} "
+        f"  {'variant':<16} {'sequences/s':>11} {'time vs ' + ' '.join(variants[0]):>20} "
         f"{'fused speed-up':>14} {'compile s':>9} {'full grid':>10} {'nested':>9}"
     )
     for v in variants:
         rate = total / times[v]
         fused = v[1] == "fused"
-        speedup = f"{times[(v[0], 'plain')] / times[v]:14.2f}" if fused else f"{'':>14}"
+        plain = times.get((v[0], "plain"))
+        speedup = f"{plain / times[v]:14.2f}" if fused and plain else f"{'':>14}"
         compile_s = f"{warm[v]:9.1f}" if fused else f"{'-':>9}"
         nested = len(sigmas) * per_cell * longest[v] / (n_batches * bsz)  # one longest pass per σ
         print(
@@ -394,6 +398,14 @@ def main():
     p.add_argument("--eval-only", action="store_true", help="only the evaluation throughput (a quick run)")
     p.add_argument(
         "--eval-prompts", type=int, default=256, help="prompts per grid length in the evaluation rows"
+    )
+    p.add_argument(
+        "--eval-paths",
+        nargs="+",
+        default=["plain", "fused"],
+        choices=["plain", "fused", "node"],
+        help="inference paths in the evaluation rows (plain: each scorer's own attend; fused: "
+        "FlexAttention; node: plain, with SSA through its training node instead of its CPU blocks)",
     )
     p.add_argument(
         "--kernel", action="store_true", help="only the SSA attention paths vs softmax at T = 82, 256, 1024"

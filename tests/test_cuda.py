@@ -5,6 +5,7 @@ of the same checkpoint as the reference."""
 
 from __future__ import annotations
 
+import copy
 import shutil
 import subprocess
 import sys
@@ -339,3 +340,39 @@ def test_model_through_the_ssa_kernel_equals_eager_on_cuda(impl, monkeypatch):
     assert len(calls) == 2  # both layers of the fused model, none of the eager one
     for a, r in zip(*results):
         torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "bert"])
+def test_hf_attn_impl_triton_equals_plain_on_cuda(arch):
+    """ssa_repro.hf with attn_impl='triton' on a GPU (compiled kernels, not the interpreter): every layer
+    calls the kernel and the output and the gradients of b and n equal attn_impl='plain'
+    (tests/test_hf.py checks the same under the interpreter on CPU)."""
+    pytest.importorskip("triton")
+    hf_tests = pytest.importorskip("tests.test_hf")
+    build = {"gpt2": hf_tests.gpt2, "llama": hf_tests.llama, "bert": hf_tests.bert}[arch]
+    padding = "left" if arch == "llama" else "right"
+    calls = []
+    real = hf_tests.H.attention.ssa_attention
+
+    def counted(*args, **kw):
+        calls.append(kw)
+        return real(*args, **kw)
+
+    torch.manual_seed(0)
+    base = build()
+    out = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hf_tests.H.attention, "ssa_attention", counted)
+        for impl in ("triton", "plain"):
+            model = hf_tests.H.attach(copy.deepcopy(base), scorer="ssa", attn_impl=impl).cuda()
+            hf_tests.perturb(model)
+            ids, mask = (z.cuda() for z in hf_tests.batch(padding))
+            h = hf_tests.hidden(model, ids, mask)
+            real_rows = mask.bool()
+            (h[real_rows] ** 2).sum().backward()
+            scorers = [getattr(m, hf_tests.SCORER_ATTR) for _, m in hf_tests.attention_modules(model)]
+            out[impl] = (h[real_rows].detach(), [p.grad for s in scorers for p in (s.beta, s.nu)])
+    assert len(calls) == 2
+    torch.testing.assert_close(out["triton"][0], out["plain"][0], atol=2e-5, rtol=1e-5)
+    for g, r in zip(out["triton"][1], out["plain"][1], strict=True):
+        torch.testing.assert_close(g, r, atol=2e-5, rtol=1e-4)

@@ -12,8 +12,9 @@ from omegaconf import OmegaConf
 
 from ssa_repro.models import build_model
 from ssa_repro.scorers import SCORERS, build_scorer
+from ssa_repro.scorers import ssa as ssa_module
 from ssa_repro.scorers.base import Scorer
-from ssa_repro.scorers.ssa import SSAWeights
+from ssa_repro.scorers.ssa import SSAFoldedWeights, SSAWeights, blocked_inference
 from ssa_repro.training import validate
 from tests.conftest import make_cfg
 
@@ -102,6 +103,27 @@ def test_ssa_node_gradcheck(masked, shape):
     assert torch.autograd.gradcheck(lambda x: SSAWeights.apply(x, b2, n2, mask), (x,))
 
 
+@pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.parametrize("shape", [(3, 1, 1), (1, 1, 1)])
+def test_ssa_folded_node_gradcheck(masked, shape):
+    """The node for b > 0 (b folded into the logits z = b·x): gradients of z and n by finite differences,
+    through b·x so that b's gradient (autograd's, through the product) is checked too."""
+    g = torch.Generator().manual_seed(0)
+    x = (2 * torch.randn(1, 3, 4, 4, generator=g, dtype=torch.float64)).requires_grad_()
+    with torch.no_grad():
+        x[0, 0, 2, 1] = 0.0  # t'(0) = n·b exactly
+    b = (0.3 + torch.rand(shape, generator=g, dtype=torch.float64)).requires_grad_()
+    n = (1 + torch.rand(shape, generator=g, dtype=torch.float64)).requires_grad_()
+    mask = torch.ones(4, 4, dtype=torch.bool).tril() if masked else None
+    assert torch.autograd.gradcheck(lambda x, b, n: SSAFoldedWeights.apply(b * x, n, mask), (x, b, n))
+    n2 = n.detach()  # n fixed: no gradient for it, and t is not kept
+    assert torch.autograd.gradcheck(lambda x, b: SSAFoldedWeights.apply(b * x, n2, mask), (x, b))
+    ref = SSAWeights.apply(x, b, n, mask)
+    torch.testing.assert_close(SSAFoldedWeights.apply(b * x, n, mask), ref)
+    if masked:
+        assert (SSAFoldedWeights.apply(b * x, n, mask)[..., ~mask] == 0).all()
+
+
 def test_ssa_node_equals_float64_formula():
     """w = softmax(n·sgn(x)·log1p(b|x|)) over visible keys, from an independent float64 expression."""
     g = torch.Generator().manual_seed(3)
@@ -124,6 +146,77 @@ def test_ssa_node_is_float32_under_bf16_autocast():
         w = SSAWeights.apply(x, b, n, None)
     assert w.dtype == torch.float32
     torch.testing.assert_close(w, SSAWeights.apply(x, b, n, None))
+
+
+def literal_ssa_attention(q, k, v, b, n, mask):
+    """Σ_j w_ij v_j with w ∝ (1 + b|x|)^(sgn(x)·n) over the visible keys, x = q·k, in float64 (the power
+    form, independent of the log1p/softmax form the paths use)."""
+    x = q.double() @ k.double().transpose(-2, -1)
+    p = (1 + b.double() * x.abs()) ** (torch.sign(x) * n.double())
+    if mask is not None:
+        p = p * mask
+    return (p / p.sum(-1, keepdim=True)) @ v.double()
+
+
+# Shapes around the blocks (64 query rows; 2^20-element blocks of batch entries): one row, a partial
+# first block, exactly one block, one more row, several blocks with a partial last one, and blocks of
+# one batch entry (B·H·64·S above 2^20 elements: 12·4·64·400 > 2^20).
+BLOCKED_SHAPES = [
+    (1, 1, 1, 4),
+    (3, 4, 9, 8),
+    (2, 4, 64, 16),
+    (5, 4, 65, 16),
+    (2, 2, 130, 8),
+    (12, 4, 400, 16),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", BLOCKED_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_blocked_inference_equals_the_power_formula(shape, threads, monkeypatch):
+    """SSA's CPU inference path, causal (keys past the block skipped), with a general mask (every 4-D
+    form, rows kept non-empty) and with none, on one thread and on two worker threads."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)  # the workers blocked_inference starts
+    bsz, h, t, d = shape
+    g = torch.Generator().manual_seed(t)
+    q, k, v = (torch.randn(bsz, h, t, d, generator=g) for _ in range(3))
+    b = (0.2 + torch.rand(h, 1, 1, generator=g)) / d**0.5
+    n = 1 + 2 * torch.rand(h, 1, 1, generator=g)
+    tril = torch.ones(t, t, dtype=torch.bool).tril()
+    random = (torch.rand(bsz, 1, t, t, generator=g) > 0.4) | torch.eye(t, dtype=torch.bool)
+    for mask, causal in [(tril, True), (tril, False), (random, False), (None, False)]:
+        with torch.inference_mode():
+            y = blocked_inference(q, k, v, b, n, mask, causal)
+        ref = literal_ssa_attention(q, k, v, b, n, mask)
+        assert y.dtype == torch.float32 and not y.isnan().any()
+        torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("kw", SSA_VARIANTS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_ssa_inference_takes_the_blocked_path_and_equals_the_node(kw, causal, monkeypatch):
+    """Under no_grad SSA.attend runs blocked_inference (b, n > 0), with the numbers of its training node;
+    param=raw with a negative b keeps the node (the fold of b into q needs b > 0)."""
+    s = scorer("ssa", **kw)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 4, 70, 8, generator=g) for _ in range(3))
+    mask = torch.ones(70, 70, dtype=torch.bool).tril() if causal else None
+    calls = []
+    monkeypatch.setattr(
+        ssa_module, "blocked_inference", lambda *a, **k: calls.append(1) or blocked_inference(*a, **k)
+    )
+    with torch.no_grad():
+        y, _ = s.attend(q, k, v, mask, is_causal=causal)
+    assert calls == [1]
+    with torch.enable_grad():
+        ref, _ = s.attend(q, k, v.requires_grad_(), mask, is_causal=causal)  # a gradient: the node
+    assert calls == [1]
+    torch.testing.assert_close(y, ref.detach(), rtol=1e-5, atol=1e-6)
+    if kw.get("param") == "raw":
+        with torch.no_grad():
+            s.beta.fill_(-0.5)  # b < 0: the node, whatever the sign does
+            s.attend(q, k, v, mask, is_causal=causal)
+        assert calls == [1]
 
 
 @pytest.mark.parametrize("name", ["softmax", "ssa", "ssa_nanogpt"])

@@ -741,3 +741,146 @@ def test_the_docs_table_is_the_generated_one():
     """docs/huggingface.md holds exactly ``python -m ssa_repro.hf.architectures``'s table."""
     page = (Path(__file__).resolve().parents[1] / "docs" / "huggingface.md").read_text()
     assert A.table() in page
+
+
+# ----------------------------------------------------------------------------- the fused SSA kernel
+needs_triton = pytest.mark.skipif(
+    not __import__("importlib").util.find_spec("triton"), reason="the kernels extra is not installed"
+)
+
+
+def kernel_calls(monkeypatch) -> list:
+    """Count the calls of the fused kernel that the HF attention function makes (and run them)."""
+    calls = []
+    real = H.attention.ssa_attention
+
+    def counted(*args, **kw):
+        calls.append(kw)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(H.attention, "ssa_attention", counted)
+    return calls
+
+
+def triton_and_plain(build, padding, monkeypatch):
+    """A model with SSA attached through attn_impl='triton' and the same model through 'plain' (same
+    weights, perturbed b and n): their last hidden states and the gradients of every b and n (β, ν) for
+    one loss, under the Triton interpreter."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    calls = kernel_calls(monkeypatch)
+    torch.manual_seed(0)
+    base = build()
+    out = {}
+    for impl in ("triton", "plain"):
+        model = H.attach(__import__("copy").deepcopy(base), scorer="ssa", attn_impl=impl)
+        perturb(model)
+        ids, mask = batch(padding)
+        h = hidden(model, ids, mask)
+        real = mask.bool()
+        (h[real] ** 2).sum().backward()  # rows with no visible key are 0 on both paths: left out
+        scorers = [getattr(m, SCORER_ATTR) for _, m in attention_modules(model)]
+        out[impl] = (h[real].detach(), [p.grad for s in scorers for p in (s.beta, s.nu)])
+    return out, calls
+
+
+@needs_triton
+@pytest.mark.parametrize(("build", "padding"), [(gpt2, "right"), (llama, "left")], ids=["gpt2", "llama"])
+def test_triton_kernel_equals_the_plain_path(build, padding, monkeypatch):
+    """GPT-2 (right padding, causal + key padding) and Llama (RoPE, 4 query heads over 2 k/v heads, left
+    padding): attn_impl='triton' runs the kernel in every layer and gives the plain path's output and
+    gradients of b and n (interpreter, float32)."""
+    out, calls = triton_and_plain(build, padding, monkeypatch)
+    assert len(calls) == 2  # both layers, once each (the plain model never calls it)
+    assert all(c["causal"] and c["key_padding_mask"] is not None for c in calls)
+    torch.testing.assert_close(out["triton"][0], out["plain"][0], atol=2e-5, rtol=1e-5)
+    for g, r in zip(out["triton"][1], out["plain"][1], strict=True):
+        assert r is not None and (r != 0).all()
+        torch.testing.assert_close(g, r, atol=2e-5, rtol=1e-4)
+
+
+@needs_triton
+def test_triton_bidirectional_kernel_equals_the_plain_path(monkeypatch):
+    """BERT: a key-padding mask without the causal one reaches the kernel as such."""
+    out, calls = triton_and_plain(bert, "right", monkeypatch)
+    assert len(calls) == 2 and not any(c["causal"] for c in calls)
+    torch.testing.assert_close(out["triton"][0], out["plain"][0], atol=2e-5, rtol=1e-5)
+    for g, r in zip(out["triton"][1], out["plain"][1], strict=True):
+        torch.testing.assert_close(g, r, atol=2e-5, rtol=1e-4)
+
+
+def test_kernel_mask_reads_causal_and_key_padding_back():
+    """The boolean masks transformers builds map to (causal, key padding) exactly, or to None."""
+    t = 6
+    tril = torch.ones(t, t, dtype=torch.bool).tril()
+    pad = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]], dtype=torch.bool)  # left padding
+    causal = (tril & pad[:, None, :])[:, None]  # [B, 1, T, T]
+    c, kpm = H.attention.kernel_mask(causal, 2, t)
+    assert c and torch.equal(kpm, pad)
+    c, kpm = H.attention.kernel_mask(pad[:, None, None, :].expand(2, 1, t, t), 2, t)
+    assert not c and torch.equal(kpm, pad)
+    assert H.attention.kernel_mask(tril, 2, t) == (True, None)  # no padding: no key-padding mask
+    assert H.attention.kernel_mask(None, 2, t) == (False, None)
+    window = tril & ~torch.ones(t, t, dtype=torch.bool).tril(-3)  # a sliding window of 3
+    assert H.attention.kernel_mask(window, 2, t) is None
+    assert H.attention.kernel_mask(tril[None, None].expand(2, 4, t, t), 2, t) is None  # per-head masks
+
+
+@needs_triton
+def test_triton_leaves_cached_decoding_to_the_plain_path(monkeypatch):
+    """A decoding step (1 query, S keys) is no kernel call: it takes the plain path and still equals the
+    full forward; the prompt's forward is a kernel call."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    calls = kernel_calls(monkeypatch)
+    torch.manual_seed(0)
+    model = H.attach(gpt2(), scorer="ssa", attn_impl="triton")
+    perturb(model)
+    ids, _ = batch("right")
+    with torch.no_grad():
+        full = model(input_ids=ids).logits
+        first = model(input_ids=ids[:, :5], use_cache=True)
+        n = len(calls)
+        step = model(input_ids=ids[:, 5:6], cache=first.past_key_values, use_cache=True).logits
+    assert n == 4 and len(calls) == n  # the two forwards above, 2 layers each; the step: none
+    torch.testing.assert_close(step[:, 0], full[:, 5], atol=1e-5, rtol=0)
+
+
+def test_auto_follows_auto_triton_and_plain_never_calls(monkeypatch):
+    """'auto' takes the kernel only where AUTO_TRITON is on and the kernel runs on the GPU (off today,
+    and no GPU here: the plain path); 'plain' never calls it."""
+    from ssa_repro.models import attention as model_attention
+
+    calls = kernel_calls(monkeypatch)
+    ids, mask = batch("right")
+    for impl in ("auto", "plain"):
+        model = H.attach(gpt2(), scorer="ssa", attn_impl=impl)
+        with torch.no_grad():
+            hidden(model, ids, mask)
+    assert calls == []
+    monkeypatch.setattr(model_attention, "AUTO_TRITON", True)
+    monkeypatch.setattr(model_attention, "kernel_on_gpu", lambda q: True)
+    monkeypatch.setattr(H.attention, "ssa_attention", lambda q, *a, **kw: calls.append(kw) or q * 0)
+    model = H.attach(gpt2(), scorer="ssa", attn_impl="auto")
+    with torch.no_grad():
+        hidden(model, ids, mask)
+    assert len(calls) == 2  # a stand-in for the kernel (no GPU here): each layer reached it
+
+
+@pytest.mark.parametrize(
+    ("scorer", "impl", "message"),
+    [
+        ("ssa", "fused", "attn_impl='fused'; allowed: auto, plain, triton"),
+        ("softmax", "triton", "scorer=softmax is not SSA (allowed: ssa"),
+    ],
+)
+def test_bad_attn_impl_is_refused(scorer, impl, message):
+    model = gpt2()
+    with pytest.raises(H.AttachError, match=__import__("re").escape(message)):
+        H.attach(model, scorer=scorer, attn_impl=impl)
+    assert not hasattr(model.transformer.h[0].attn, SCORER_ATTR)  # nothing changed
+
+
+def test_triton_refuses_a_model_the_kernel_cannot_compute():
+    """Gemma2's soft-capping: every call would leave the kernel, so attach refuses, naming it."""
+    model = A.build(next(a for a in A.ARCHITECTURES if a.name == "Gemma2"))
+    with pytest.raises(H.AttachError, match="uses softcap, .*which the kernel does not compute"):
+        H.attach(model, scorer="ssa", attn_impl="triton")

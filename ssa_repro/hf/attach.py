@@ -37,9 +37,19 @@ from torch import nn
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
-from ssa_repro.hf.attention import HONOURED, IGNORED, SCORER_ATTR, logit_scorer, scorer_attention, scorer_mask
+from ssa_repro.hf.attention import (
+    ATTN_IMPLS,
+    HONOURED,
+    IGNORED,
+    IMPL_ATTR,
+    SCORER_ATTR,
+    logit_scorer,
+    scorer_attention,
+    scorer_mask,
+)
+from ssa_repro.kernels.ssa_attention import INSTALL, MAX_HEAD_DIM, triton_available
 from ssa_repro.scorers import SCORERS, build_scorer
-from ssa_repro.scorers.base import ScorerConfig
+from ssa_repro.scorers.base import Scorer, ScorerConfig
 
 ATTN_NAME = "ssa_repro"  # the attention implementation's name (model.config._attn_implementation)
 CONFIG_KEY = "ssa_repro_scorer"  # the scorer config in model.config / config.json
@@ -224,8 +234,36 @@ def check_module(model, name: str, module: nn.Module, scorer: str, cls) -> list[
     return out
 
 
+def check_kernel(model, name: str, module: nn.Module, scorer: str, cls) -> list[str]:
+    """Problems with ``attn_impl="triton"`` for one attention module: what would keep every call of it
+    off the fused SSA kernel (ssa_repro/hf/attention.py, ``kernel_call``)."""
+    where = f"attn_impl='triton': {name} ({type(module).__name__})"
+    out = []
+    if cls.kernel_params is Scorer.kernel_params:
+        fused = [n for n in SCORERS.names() if SCORERS.get(n).kernel_params is not Scorer.kernel_params]
+        return [
+            f"attn_impl='triton' runs the fused SSA kernel; scorer={scorer} is not SSA (allowed: "
+            f"{', '.join(fused)}); use attn_impl='auto' or 'plain'"
+        ]
+    feats = features(model, module)
+    blocking = [f for f in ("softcap", "sinks", "relative position bias", "sliding window") if f in feats]
+    if blocking:
+        out.append(
+            f"{where} uses {', '.join(blocking)}, which the kernel does not compute; use attn_impl='auto'"
+        )
+    width = head_width(module)
+    if width is not None and width > MAX_HEAD_DIM:
+        out.append(f"{where} has head width {width}; the kernel takes 1..{MAX_HEAD_DIM}")
+    return out
+
+
 def attach(
-    model: PreTrainedModel, scorer: str = "ssa", *, replace: bool = False, **scorer_keys
+    model: PreTrainedModel,
+    scorer: str = "ssa",
+    *,
+    replace: bool = False,
+    attn_impl: str = "auto",
+    **scorer_keys,
 ) -> PreTrainedModel:
     """Give each attention module of ``model`` its own ``scorer`` and route attention through it.
 
@@ -239,7 +277,16 @@ def attach(
     attention feature the attention function cannot honour (naming it); a causal-only scorer on
     bidirectional attention; an odd head width for a scorer that splits heads. The new parameters are
     float32, on each module's device (meta included: see the module docstring).
+
+    ``attn_impl`` chooses SSA's path, as ``model.attn_impl`` in this project: ``"auto"`` (the plain
+    maths, or the fused Triton kernel on CUDA where :data:`ssa_repro.models.attention.AUTO_TRITON` says
+    so: off today), ``"plain"``, or ``"triton"`` (the kernel for every call it can compute; refused
+    here for a scorer other than SSA, without triton, a head width above 128, or a model whose soft-cap,
+    sinks, relative position bias or sliding window the kernel cannot compute; see
+    :mod:`ssa_repro.hf.attention`). It is stored on each attention module (``ssa_attn_impl``), not saved.
     """
+    if attn_impl not in ATTN_IMPLS:
+        raise AttachError(f"attn_impl={attn_impl!r}; allowed: {', '.join(ATTN_IMPLS)}")
     if not isinstance(model, PreTrainedModel):
         raise AttachError(f"{type(model).__name__} is not a transformers PreTrainedModel")
     kind = type(model).__name__
@@ -279,6 +326,10 @@ def attach(
     for name, m in modules:
         problems += [f"{name}: {p}" for p in cls.check_config(cfg, head_count(m))]
         problems += check_module(model, name, m, scorer, cls)
+        if attn_impl == "triton":
+            problems += check_kernel(model, name, m, scorer, cls)
+    if attn_impl == "triton" and not triton_available():
+        problems.append(f"attn_impl='triton' needs triton, which is not installed: {INSTALL}")
     if problems:
         raise AttachError("; ".join(dict.fromkeys(problems)))
     for i, (_, m) in enumerate(modules):
@@ -290,6 +341,7 @@ def attach(
         module = build_scorer(cfg, h, layer=layer, n_embd=n_embd).to(device)
         setattr(module, BUILD_ATTR, (cfg, h, layer, n_embd))
         setattr(m, SCORER_ATTR, module)
+        setattr(m, IMPL_ATTR, attn_impl)
     hook_init(model)
     setattr(model.config, CONFIG_KEY, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
     model.set_attn_implementation(ATTN_NAME)
@@ -390,9 +442,12 @@ else:  # a re-import (importlib.reload): keep the filter already installed
     REPORT_FILTER = next(f for f in LOAD_LOGGER.filters if isinstance(f, _LoadReport))
 
 
-def load_pretrained(model_cls: type[PreTrainedModel], path, **kwargs) -> PreTrainedModel:
+def load_pretrained(
+    model_cls: type[PreTrainedModel], path, *, attn_impl: str = "auto", **kwargs
+) -> PreTrainedModel:
     """``model_cls.from_pretrained(path, **kwargs)`` for a model saved after :func:`attach`: attaches
-    the scorer named in its config.json again and loads the scorer parameters saved beside the weights
+    the scorer named in its config.json again (with ``attn_impl``, as :func:`attach`) and loads the
+    scorer parameters saved beside the weights
     (``from_pretrained`` itself drops them as unexpected keys; its loading report is shown only where
     it lists more than those)."""
     path = Path(path)
@@ -406,7 +461,7 @@ def load_pretrained(model_cls: type[PreTrainedModel], path, **kwargs) -> PreTrai
     finally:
         held, REPORT_FILTER.held = REPORT_FILTER.held, None
     keys = dict(getattr(model.config, CONFIG_KEY))
-    attach(model, scorer=keys.pop("name"), **keys)
+    attach(model, scorer=keys.pop("name"), attn_impl=attn_impl, **keys)
     others = [k for k in info["unexpected_keys"] if f"{SCORER_ATTR}." not in k]
     if others or info["missing_keys"] or info["mismatched_keys"]:
         for record in held:  # the report has more to say than the scorer tensors: show it

@@ -30,6 +30,23 @@ the scorer. A query row with no visible key (a left-padded position under the ca
 0 instead of the NaN a normalising scorer would give; transformers' own kernels leave such rows
 unspecified, and no loss reads them.
 
+The fused SSA kernel (ssa_repro/kernels/, Triton). ``attach(..., attn_impl=...)`` chooses, per attention
+module (``module.ssa_attn_impl``), as ``model.attn_impl`` does in this project: ``"plain"`` always
+computes the maths above; ``"triton"`` runs :func:`ssa_repro.kernels.ssa_attention` for every call the
+kernel can compute; ``"auto"`` (the default) does so only where the project's
+:data:`ssa_repro.models.attention.AUTO_TRITON` says so (off until a GPU measures the kernel faster), on
+CUDA. A call the kernel can compute (:func:`kernel_call`): an SSA scorer (``kernel_params``), no
+soft-cap, sink or additive bias (float mask, ``position_bias``), no dropout, as many queries as keys (not
+a cached decoding step), head width and dtype the kernel takes, and a mask that is causal and/or a key
+padding mask — :func:`kernel_mask` reads the causal flag and the key-padding mask [B, S] back from the
+boolean [B, 1, T, S] mask (the last query row sees every real key in either case) and checks that they
+rebuild it exactly (a sliding window or a packed-sequence mask does not, and takes the plain path). The
+scale enters as in the plain path (q times ``scaling``·√D, the kernel's own 1/√D then gives
+``scaling``); grouped-query k and v are repeated to the query heads first (the kernel takes q, k, v of
+one shape), so their gradients sum back over the group. Under ``"triton"``, a device or dtype the
+kernel cannot take raises (:class:`~ssa_repro.kernels.KernelUnavailable`); a call of another form
+takes the plain path, with one warning per reason.
+
 Every keyword argument is either one of the above, one that only other kernels read (listed in
 :data:`IGNORED` with the reason), or refused with a ``TypeError`` naming it: an argument this function
 does not know may carry maths it would otherwise silently drop.
@@ -37,15 +54,22 @@ does not know may carry maths it would otherwise silently drop.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
 from torch import nn
 from transformers.masking_utils import sdpa_mask
 
+from ssa_repro.kernels import KernelUnavailable, ssa_attention, unsupported
+from ssa_repro.models import attention as model_attention
 from ssa_repro.scorers.base import Scorer, at_least_float32
 
 SCORER_ATTR = "ssa_scorer"  # the scorer's attribute on each attention module (state dict: *.ssa_scorer.*)
+IMPL_ATTR = "ssa_attn_impl"  # the attention path on each attention module: one of ATTN_IMPLS
+ATTN_IMPLS = ("auto", "plain", "triton")
+log = logging.getLogger(__name__)
+_warned: set[str] = set()  # reasons already warned about under attn_impl="triton" (once each)
 
 # Keyword arguments taken into the maths above.
 HONOURED = ("scaling", "dropout", "softcap", "s_aux", "position_bias", "sliding_window", "is_causal")
@@ -160,13 +184,19 @@ def scorer_attention(
         mask = default_visible(causal, t, s, query.device)
     if position_bias is not None:  # T5's relative bias [1|B, H, T, S], added after the scale
         bias = position_bias if bias is None else bias + position_bias
+    drop = dropout > 0.0 and module.training
+    impl = getattr(module, IMPL_ATTR, "auto")
+    if impl != "plain":
+        plain_only = softcap is not None or s_aux is not None or bias is not None or drop
+        y = kernel_call(impl, scorer, query, key, value, mask, scaling, plain_only)
+        if y is not None:
+            return y.transpose(1, 2).contiguous(), None  # [B, H, T, D] -> [B, T, H, D]
     if bias is not None:
         bias = bias.expand(bsz, h, t, s)  # scorers' masked_fill needs the full shape
     empty = None
     if mask is not None:
         empty = ~mask.any(-1, keepdim=True)  # [B, 1|H, T, 1]: rows with no visible key
         mask = mask | empty  # scored as if all visible, then zeroed below
-    drop = dropout > 0.0 and module.training
     if softcap is not None or s_aux is not None:
         y = capped_sink_attention(
             scorer, query, key, value, mask, bias, scaling, softcap, s_aux, dropout, drop
@@ -182,6 +212,69 @@ def scorer_attention(
     if empty is not None:
         y = y.masked_fill(empty, 0.0)
     return y.transpose(1, 2).contiguous(), None  # [B, H, T, D] -> [B, T, H, D]
+
+
+def kernel_mask(mask: torch.Tensor | None, bsz: int, t: int) -> tuple[bool, torch.Tensor | None] | None:
+    """(causal, key-padding mask bool [B, T] or None) that the fused kernel takes for the boolean
+    visibility ``mask`` (broadcastable to [B, 1, T, T]; None: every key visible), or None where the mask
+    is of no such form (a sliding window, packed sequences, per-head masks). The key-padding mask is the
+    last query row's visibility (under the causal mask that row sees every real key); the mask must
+    equal its rebuild exactly."""
+    if mask is None:
+        return False, None
+    if mask.dim() == 2:
+        mask = mask[None, None]
+    if mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[-2:] != (t, t):
+        return None
+    vis = mask[:, 0].expand(bsz, t, t)  # [B, T, T]
+    kpm = vis[:, -1, :]  # [B, T]
+    tril = torch.ones(t, t, dtype=torch.bool, device=mask.device).tril()
+    if torch.equal(vis, tril & kpm[:, None, :]):
+        causal = True
+    elif torch.equal(vis, kpm[:, None, :].expand(bsz, t, t)):
+        causal = False
+    else:
+        return None
+    return causal, (None if bool(kpm.all()) else kpm.contiguous())
+
+
+def kernel_call(impl, scorer, query, key, value, mask, scaling, plain_only: bool) -> torch.Tensor | None:
+    """The attention output [B, H, T, D] through the fused SSA kernel, or None where this call takes
+    the plain path (module docstring). q [B, H, T, D], k and v [B, H, S, D] (grouped heads already
+    repeated), ``mask`` the boolean visibility [B, 1, T, S] or None, built from ``is_causal`` already
+    where the model passed none."""
+    if impl == "auto" and not model_attention.AUTO_TRITON:
+        return None
+    params = scorer.kernel_params()
+    if params is None:
+        return None
+    if impl == "auto":
+        if not model_attention.kernel_on_gpu(query):
+            return None
+    else:  # "triton": the kernel wherever it computes the call; a device or dtype it lacks is an error
+        why = unsupported(query)
+        if why is not None:
+            raise KernelUnavailable(f"attach(..., attn_impl='triton'): {why}; use attn_impl='plain'")
+    bsz, _, t, d = query.shape
+    if plain_only:
+        return _plain(impl, "soft-capping, a sink, an additive bias or dropout")
+    if key.shape[2] != t:
+        return _plain(impl, "fewer queries than keys (a cached decoding step)")
+    form = kernel_mask(mask, bsz, t)
+    if form is None:
+        return _plain(impl, "a mask that is neither causal nor key padding (a sliding window, packed rows)")
+    causal, kpm = form
+    if scaling != d**-0.5:
+        query = query * (scaling * math.sqrt(d))  # the kernel's own 1/√D then gives `scaling`
+    b, n = params
+    return ssa_attention(query, key, value, b, n, causal=causal, key_padding_mask=kpm)
+
+
+def _plain(impl: str, why: str) -> None:
+    if impl == "triton" and why not in _warned:
+        _warned.add(why)
+        log.warning("attn_impl='triton': calls with %s take the plain path (the kernel cannot)", why)
+    return None
 
 
 def capped_sink_attention(scorer, query, key, value, mask, bias, scaling, softcap, s_aux, dropout, drop):
