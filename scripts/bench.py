@@ -40,22 +40,65 @@ import contextlib
 import statistics
 import time
 
-import torch
-from omegaconf import OmegaConf
-from torch import nn
-
-from ssa_repro.models import attention, build_model, count_parameters
-from ssa_repro.models.positions import POSITIONS
-from ssa_repro.scorers import SCORERS, ssa
-from ssa_repro.scorers.base import masked_softmax
-from ssa_repro.scorers.ssa import ssa_transform
-from ssa_repro.tasks import build_task
-from ssa_repro.tasks.linear import LinearTaskConfig
-
 SIZES = {
     "small": dict(name="gpt2", n_layer=4, n_head=4, n_embd=64, max_positions=512, mlp_ratio=4),
     "paper": dict(name="gpt2", n_layer=12, n_head=8, n_embd=256, max_positions=512, mlp_ratio=4),
 }
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", nargs="+", default=["small", "paper"], choices=sorted(SIZES))
+    p.add_argument("--scorers", nargs="+", default=["softmax", "ssa"])
+    p.add_argument(
+        "--reps", type=int, default=None, help="timed steps per variant (default: 30 small, 6 paper)"
+    )
+    p.add_argument(
+        "--pos", nargs="+", default=[], help="also time ours with these model.pos (alibi, rope, t5, ...)"
+    )
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--n-points", type=int, default=41)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (what train.precision=bf16 does)")
+    p.add_argument("--compile", action="store_true", help="also time torch.compile'd variants of ours")
+    p.add_argument(
+        "--bf16-rows", action="store_true", help="also time bf16-autocast variants of ours, beside fp32"
+    )
+    p.add_argument("--no-hf", action="store_true", help="skip the HF GPT2Model reference")
+    p.add_argument("--no-eval", action="store_true", help="skip the evaluation throughput")
+    p.add_argument("--eval-only", action="store_true", help="only the evaluation throughput (a quick run)")
+    p.add_argument(
+        "--eval-prompts", type=int, default=256, help="prompts per grid length in the evaluation rows"
+    )
+    p.add_argument(
+        "--eval-paths",
+        nargs="+",
+        default=["plain", "fused"],
+        choices=["plain", "fused", "node"],
+        help="inference paths in the evaluation rows (plain: each scorer's own attend; fused: "
+        "FlexAttention; node: plain, with SSA through its training node instead of its CPU blocks)",
+    )
+    p.add_argument(
+        "--kernel", action="store_true", help="only the SSA attention paths vs softmax at T = 82, 256, 1024"
+    )
+    return p
+
+
+if __name__ == "__main__":
+    parser().parse_args()  # --help and usage errors answer here, before the imports below load torch
+
+import torch  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from torch import nn  # noqa: E402
+
+from ssa_repro.models import attention, build_model, count_parameters  # noqa: E402
+from ssa_repro.models.positions import POSITIONS  # noqa: E402
+from ssa_repro.scorers import SCORERS, ssa  # noqa: E402
+from ssa_repro.scorers.base import masked_softmax  # noqa: E402
+from ssa_repro.scorers.ssa import ssa_transform  # noqa: E402
+from ssa_repro.tasks import build_task  # noqa: E402
+from ssa_repro.tasks.linear import LinearTaskConfig  # noqa: E402
+
 PAPER_STEPS = 500_000
 
 
@@ -376,43 +419,14 @@ def eval_throughput(device, args) -> None:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", nargs="+", default=["small", "paper"], choices=sorted(SIZES))
-    p.add_argument("--scorers", nargs="+", default=["softmax", "ssa"])
-    p.add_argument(
-        "--reps", type=int, default=None, help="timed steps per variant (default: 30 small, 6 paper)"
-    )
-    p.add_argument(
-        "--pos", nargs="+", default=[], choices=POSITIONS.names(), help="also time ours with these model.pos"
-    )
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--n-points", type=int, default=41)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast (what train.precision=bf16 does)")
-    p.add_argument("--compile", action="store_true", help="also time torch.compile'd variants of ours")
-    p.add_argument(
-        "--bf16-rows", action="store_true", help="also time bf16-autocast variants of ours, beside fp32"
-    )
-    p.add_argument("--no-hf", action="store_true", help="skip the HF GPT2Model reference")
-    p.add_argument("--no-eval", action="store_true", help="skip the evaluation throughput")
-    p.add_argument("--eval-only", action="store_true", help="only the evaluation throughput (a quick run)")
-    p.add_argument(
-        "--eval-prompts", type=int, default=256, help="prompts per grid length in the evaluation rows"
-    )
-    p.add_argument(
-        "--eval-paths",
-        nargs="+",
-        default=["plain", "fused"],
-        choices=["plain", "fused", "node"],
-        help="inference paths in the evaluation rows (plain: each scorer's own attend; fused: "
-        "FlexAttention; node: plain, with SSA through its training node instead of its CPU blocks)",
-    )
-    p.add_argument(
-        "--kernel", action="store_true", help="only the SSA attention paths vs softmax at T = 82, 256, 1024"
-    )
-    args = p.parse_args()
-    for s in args.scorers:
-        SCORERS.get(s)  # unknown names fail here, listing the registered ones
+    args = parser().parse_args()
+    try:  # unknown names fail here, listing the registered ones
+        for s in args.scorers:
+            SCORERS.get(s)
+        for pos in args.pos:
+            POSITIONS.get(pos)
+    except KeyError as e:
+        raise SystemExit(f"Error: {e.args[0]}") from None
     device = torch.device(args.device)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     peak = matmul_peak(device, dtype)
