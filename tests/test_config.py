@@ -238,7 +238,7 @@ def test_non_finite_and_overflowing_numbers_are_refused_before_work(overrides, n
         ("train.min_lr_ratio=2", "train.min_lr_ratio=2.0 must be in [0, 1]"),
         ("train.betas=[0.9]", "train.betas=[0.9] must be two values in [0, 1)"),
         ("train.betas=[0.9,1.0]", "train.betas=[0.9, 1.0] must be two values in [0, 1)"),
-        ("train.compile=maybe", "train.compile='maybe' must be one of auto, true, false"),
+        ("train.compile=maybe", "train.compile='maybe' must be one of auto, true, false, reduce-overhead"),
         ("train.keep_every=-1", "train.keep_every=-1 must be >= 0 (0: keep only last.pt)"),
         ("curriculum.inc=-1", "curriculum.inc=-1 must be >= 0"),
         ("curriculum.interval=0", "curriculum.interval=0 must be >= 1"),

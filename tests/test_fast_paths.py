@@ -314,6 +314,19 @@ def test_compiled_training_matches_eager(tmp_path):
         assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-4)
 
 
+@pytest.mark.parametrize("setting, mode", [("true", None), ("reduce-overhead", "reduce-overhead")])
+def test_train_compile_passes_its_mode_to_torch_compile(setting, mode, tmp_path, monkeypatch):
+    """train.compile=reduce-overhead reaches torch.compile as its mode (CUDA graphs on a GPU; the values
+    are checked there by tests/test_cuda.py, and on a CPU the mode compiles as true does, whose values
+    test_compiled_training_matches_eager checks); the spy returns the module uncompiled."""
+    from ssa_repro.training.trainer import train
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw) or fn)
+    train(make_cfg("train.steps=1", "evaluation.enabled=false", f"train.compile={setting}"), tmp_path / "r")
+    assert calls == [{"mode": mode}]
+
+
 def test_evaluation_in_one_pass_equals_batch_by_batch():
     """predict_batches (many grid cells per forward pass, chunked by memory) gives each batch's own
     predictions, so vectorising the grids changes no number."""
@@ -523,6 +536,7 @@ def test_fused_inference_survives_a_missing_compiler(monkeypatch, caplog):
         ("auto", 999, "ssa", False),  # too short: the compile would cost more than it saves
         ("auto", 4000, "softmax", False),  # SDPA already: compiling never paid
         ("true", 10, "softmax", True),  # asked for
+        ("reduce-overhead", 10, "softmax", True),  # asked for, with CUDA graphs
         ("false", 10**6, "ssa", False),  # the eager path, one key away
     ],
 )

@@ -110,7 +110,10 @@ class TrainConfig:
     min_lr_ratio: float = 0.1  # cosine: final lr = lr * min_lr_ratio
     grad_clip: float = 0.0  # max global gradient norm (0: off)
     grad_accum: int = 1  # micro-batches of batch_size per optimizer step
-    compile: str = "auto"  # auto | true | false: torch.compile the model (auto: >= 1000 steps, scorer gains)
+    # auto | true | false | reduce-overhead: torch.compile the model (auto: >= 1000 steps, scorer gains);
+    # reduce-overhead: compiled with CUDA graphs (forward and backward replayed as one launch each, for
+    # small launch-bound models on a GPU; on a CPU the same as true)
+    compile: str = "auto"
     precision: Precision = Precision.fp32
 
 

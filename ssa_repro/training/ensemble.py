@@ -290,7 +290,7 @@ def check(cfgs: list[DictConfig], run_dirs: list) -> None:
     if distributed.world_size() > 1:
         raise EnsembleRefused(f"a seed ensemble runs in one process; this one has {distributed.world_size()}")
     cfg = cfgs[0]
-    if str(cfg.train.compile).lower() == "true":
+    if str(cfg.train.compile).lower() in ("true", "reduce-overhead"):
         raise EnsembleRefused(
             f"train.compile={cfg.train.compile}: a seed ensemble runs uncompiled (vmap); use "
             f"train.compile=auto or false, or {FALLBACK}"

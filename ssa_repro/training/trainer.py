@@ -59,11 +59,18 @@ DRAW_DEVICE = torch.device("cpu")  # where training prompts are drawn, whatever 
 
 
 def should_compile(setting, steps: int, scorer: str) -> bool:
-    """train.compile: true | false | auto (steps >= COMPILE_AUTO_MIN_STEPS and the scorer gains:
-    ``Scorer.compile_gains``, false where its eager path is one fused kernel already)."""
+    """train.compile: true | reduce-overhead | false | auto (steps >= COMPILE_AUTO_MIN_STEPS and the
+    scorer gains: ``Scorer.compile_gains``, false where its eager path is one fused kernel already)."""
     value = str(setting).lower()
     auto = value == "auto" and steps >= COMPILE_AUTO_MIN_STEPS and SCORERS.get(scorer).compile_gains
-    return value == "true" or auto
+    return value in ("true", "reduce-overhead") or auto
+
+
+def compile_mode(setting) -> str | None:
+    """``torch.compile``'s mode for train.compile: "reduce-overhead" (CUDA graphs: the compiled forward
+    and its backward each replayed as one graph launch, static shapes per curriculum length; inductor
+    skips the graphs on a CPU) or None (the default mode)."""
+    return "reduce-overhead" if str(setting).lower() == "reduce-overhead" else None
 
 
 def run_name(cfg) -> str:
@@ -215,7 +222,7 @@ def build(cfg: DictConfig, run_dir: Path) -> Setup:
         )
     compiled = should_compile(tr.compile, tr.steps, str(cfg.scorer.name))
     if compiled:  # the forward only: state_dict keys, checkpoints and evaluation stay the same
-        forward = torch.compile(forward)
+        forward = torch.compile(forward, mode=compile_mode(tr.compile))
     # autocast for forward + loss only; weights, gradients and optimizer state stay float32
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=value_of(tr.precision) == "bf16")
     return Setup(device, dd, task, model, forward, ddp, opt, gen, window, ckpt, autocast, compiled, tr)
@@ -426,4 +433,4 @@ def _preempted(guard, dd, step: int, device) -> bool:
     return bool(dd.mean(flag).item() > 0)
 
 
-__all__ = ["train", "TrainingDiverged", "should_compile"]
+__all__ = ["train", "TrainingDiverged", "should_compile", "compile_mode"]

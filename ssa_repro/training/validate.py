@@ -89,7 +89,7 @@ RULES: list[tuple[str, Rule]] = [
     ("train.grad_accum", at_least(1)),
     ("train.min_lr_ratio", within(0, 1)),
     ("train.betas", BETAS),
-    ("train.compile", one_of("auto", "true", "false")),
+    ("train.compile", one_of("auto", "true", "false", "reduce-overhead")),
     ("train.keep_every", at_least(0, "0: keep only last.pt")),
     ("curriculum.start", at_least(1)),
     ("curriculum.end", at_least(1)),
