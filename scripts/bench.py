@@ -60,7 +60,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n-points", type=int, default=41)
     p.add_argument("--device", default="cpu")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (what train.precision=bf16 does)")
-    p.add_argument("--compile", action="store_true", help="also time torch.compile'd variants of ours")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time torch.compile'd variants of ours (on CUDA also mode=reduce-overhead: CUDA graphs)",
+    )
     p.add_argument(
         "--bf16-rows", action="store_true", help="also time bf16-autocast variants of ours, beside fp32"
     )
@@ -198,7 +202,10 @@ def make_step(size, impl, scorer, device, batch, n_points, bf16=False):
         }
         model_cfg = OmegaConf.create({**cfg, **extra})
         model = build_model(model_cfg, OmegaConf.structured(SCORERS.schemas[scorer]())).to(device)
-    forward = torch.compile(model) if impl == "ours-compile" else model
+    if impl == "ours-cudagraph":  # train.compile=reduce-overhead: forward and backward as CUDA graphs
+        forward = torch.compile(model, mode="reduce-overhead")
+    else:
+        forward = torch.compile(model) if impl == "ours-compile" else model
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     task = build_task(OmegaConf.structured(LinearTaskConfig()))
     gen = torch.Generator(device=device)
@@ -259,6 +266,8 @@ def train_table(size, args, device, peak) -> None:
     names += [(f"ours@{pos}", s) for s in args.scorers for pos in args.pos if pos != "learned"]
     if args.compile:
         names += [("ours-compile", s) for s in args.scorers]
+        if device.type == "cuda":  # CUDA graphs exist on CUDA only (on a CPU the mode compiles as true)
+            names += [("ours-cudagraph", s) for s in args.scorers]
     if args.bf16_rows and not args.bf16:
         names += [("ours-bf16", s) for s in args.scorers]
     if device.type == "cuda":

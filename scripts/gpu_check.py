@@ -98,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     steps = [
         run_step("CUDA tests", [py, "-m", "pytest", "-q", "-rfsxX", *cuda_tests]),
         run_step("speed table", [py, "scripts/bench.py", "--device", "cuda"], full_output=True),
+        # train.compile=true and =reduce-overhead (CUDA graphs) against eager: the launch-bound small model
+        run_step(
+            "compiled steps",
+            [py, "scripts/bench.py", "--device", "cuda", "--compile", "--no-eval", "--no-hf"],
+            full_output=True,
+        ),
         # SSA / softmax per attention path (node, FlexAttention, the Triton kernel) at T = 82, 256, 1024
         run_step(
             "SSA kernel table",
