@@ -18,7 +18,7 @@ from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.grid import GridConfig
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.training.trainer import train
-from tests.conftest import CONF, make_cfg
+from tests.conftest import CONF, make_cfg, run_script
 
 SETTINGS = ["eval=grid", "eval.sigmas=[1,2]", "eval.lengths=[5]", "eval.n_samples=1", "eval.figures=false"]
 
@@ -56,6 +56,17 @@ def test_evaluate_reads_the_config_and_builds_task_and_evaluator_once(linear_run
 
     assert (len(reads), len(raw_reads), len(built_tasks), len(built_evaluators)) == (1, 1, 1, 1)
     assert summary["cells_computed"] == 4 and summary["evaluation"] == "grid"
+
+
+def test_the_command_reads_the_config_once_with_its_pre_check(linear_run, monkeypatch):
+    """The whole command (Hydra's CheckRunFirst callback checks before the job starts, then the job):
+    the run's config is still read once and the evaluator built once; the job takes the callback's."""
+    reads = counting(monkeypatch, RunDir, "config")
+    built_evaluators = counting(monkeypatch, EVALUATORS.get("grid"), "__init__")
+    out = run_script("evaluate.py", f"run_dir={linear_run}", *SETTINGS)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (len(reads), len(built_evaluators)) == (1, 1)
+    assert evaluate_app._CHECKED == {}  # taken by the job, nothing left for another
 
 
 def test_the_one_pass_stores_what_the_runner_stores(linear_run, tmp_path):

@@ -62,6 +62,16 @@ def check(cfg: DictConfig) -> Checked:
     return Checked(run, found, run_cfg, ev)
 
 
+# what CheckRunFirst checked before Hydra started the job, for the job's main to go on with (read and
+# built once per evaluate.py, not once in the callback and again in main): key -> Checked
+_CHECKED: dict[str, Checked] = {}
+
+
+def _key(cfg: DictConfig) -> str:
+    """The settings a check depends on (the run folder, the evaluation, step, device), as one string."""
+    return repr([str(cfg.run_dir), plain(cfg.eval), cfg.get("step"), str(cfg.device)])
+
+
 def problems(cfg: DictConfig) -> list[str]:
     """:func:`check`'s problems (a sweep checks every job before the first starts)."""
     return check(cfg).problems
@@ -109,9 +119,10 @@ class CheckRunFirst(Callback):
     the run folder before Hydra writes its log folder into it."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        found = problems(config)
-        if found:
-            raise _fail(found, config.run_dir)
+        checked = check(config)
+        if checked.problems:
+            raise _fail(checked.problems, config.run_dir)
+        _CHECKED[_key(config)] = checked  # main goes on with it
         try:
             with atomic.storage_advice(STORAGE_ADVICE.format(run_dir=config.run_dir)):
                 self.lock = _lock(config)
@@ -135,7 +146,7 @@ class CheckRunFirst(Callback):
 
 
 def main(cfg: DictConfig) -> dict:
-    checked = check(cfg)
+    checked = _CHECKED.pop(_key(cfg), None) or check(cfg)  # checked by CheckRunFirst, or here
     if checked.problems:
         raise _fail(checked.problems, cfg.run_dir)
     ev = checked.evaluator
