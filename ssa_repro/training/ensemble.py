@@ -116,6 +116,7 @@ class Member:
     gen: torch.Generator | None = None
     window: LossWindow | None = None
     ckpt: Checkpointer | None = None
+    config: dict | None = None  # cfg as plain values (rundir.plain), converted once
     rng: dict = field(default_factory=dict)  # the global generators' states its separate run holds
     metrics: MetricsLog | None = None
     logger: logging.Logger | None = None
@@ -142,8 +143,9 @@ def _build_member(m: Member, device, window: torch.Tensor) -> None:
     m.gen = prompt_generator(m.cfg.seed)
     m.window = LossWindow(tr.log_interval, device, values=window)
     dd = distributed.Dist()
+    m.config = plain(m.cfg)  # converted once (config.yaml, checkpoints, W&B)
     m.ckpt = Checkpointer(
-        RunDir(m.run_dir), m.model, m.opt, m.gen, device, dd, plain(m.cfg), tr.keep_every, tr.keep_at
+        RunDir(m.run_dir), m.model, m.opt, m.gen, device, dd, m.config, tr.keep_every, tr.keep_at
     )
 
 
@@ -428,7 +430,7 @@ def _start_member(m: Member, device, extra: dict) -> None:
     m.logger = logging.getLogger(f"{log.name}.ensemble.{m.index}")
     if m.prepared.discard:
         m.logger.warning("old results in %s moved to %s", m.run_dir, RunDir(m.run_dir).discard_results())
-    m.handler = start_files(m.cfg, m.run_dir, state, device, 1, logger=m.logger, extra=extra)
+    m.handler = start_files(m.config, m.run_dir, state, device, 1, logger=m.logger, extra=extra)
     m.ckpt.run_id = RunDir(m.run_dir).adopt_identity(state.get("run_id") if state else None)
     if state:
         with _rng_kept():
@@ -509,7 +511,7 @@ def _save(members: list[Member], params: dict, buffers: dict, opt, step: int) ->
 def _end_member(m: Member, step: int, seconds: float, k: int, device) -> None:
     """summary.json (a live seed) and the W&B run, written from metrics.jsonl: wandb holds one open
     run per process, so the seeds' runs are made one after another once training ends."""
-    tracker = tracking.Tracker.for_training(m.cfg.logger, m.run_dir, plain(m.cfg), run_name(m.cfg))
+    tracker = tracking.Tracker.for_training(m.cfg.logger, m.run_dir, m.config, run_name(m.cfg))
     try:
         tr = m.cfg.train
         for row in m.metrics.rows():

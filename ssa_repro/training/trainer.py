@@ -78,7 +78,7 @@ def run_name(cfg) -> str:
 
 
 def start_files(
-    cfg,
+    config: dict,
     run_dir: Path,
     state: dict | None,
     device,
@@ -86,7 +86,8 @@ def start_files(
     logger: logging.Logger | None = None,
     extra=None,
 ) -> logging.Handler | None:
-    """Rank 0, once per start: the folder, its log file, config.yaml and a provenance record (with
+    """Rank 0, once per start: the folder, its log file, config.yaml (``config``: the plain values,
+    ``rundir.plain``) and a provenance record (with
     ``extra``'s keys). The log file takes the root logger's records, or only ``logger``'s when given (a
     seed ensemble: one log file per seed in one process)."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -97,7 +98,7 @@ def start_files(
             "removed %d temporary files of killed writes: %s", len(removed), [p.name for p in removed]
         )
     run = RunDir(run_dir)
-    atomic.write_text(run.config_file, atomic_yaml(cfg))
+    atomic.write_text(run.config_file, OmegaConf.to_yaml(config))
     prov_path = run.provenance_file
     records = atomic.read_json(prov_path, "provenance") if (state and prov_path.exists()) else []
     records.append(
@@ -110,10 +111,6 @@ def start_files(
     )
     atomic.write_json(prov_path, records)
     return handler
-
-
-def atomic_yaml(cfg) -> str:
-    return OmegaConf.to_yaml(plain(cfg))
 
 
 def _add_file_log(run_dir: Path, logger: logging.Logger | None = None) -> logging.Handler | None:
@@ -155,6 +152,7 @@ class Setup:
     autocast: object
     compiled: bool
     train: DictConfig  # cfg.train
+    config: dict  # the whole config as plain values (rundir.plain), converted once: checkpoints, W&B
 
 
 def init_model(cfg: DictConfig, device) -> tuple[object, torch.nn.Module]:
@@ -214,7 +212,8 @@ def build(cfg: DictConfig, run_dir: Path) -> Setup:
     opt = build_optimizer(model, tr)
     gen = prompt_generator(cfg.seed, dd.rank)
     window = LossWindow(tr.log_interval, device)
-    ckpt = Checkpointer(RunDir(run_dir), model, opt, gen, device, dd, plain(cfg), tr.keep_every, tr.keep_at)
+    config = plain(cfg)  # converted once (config.yaml, checkpoints, W&B)
+    ckpt = Checkpointer(RunDir(run_dir), model, opt, gen, device, dd, config, tr.keep_every, tr.keep_at)
     ddp = forward = model
     if dd.enabled:  # gradients averaged over ranks; `model` stays the plain module (state_dict, eval)
         ddp = forward = torch.nn.parallel.DistributedDataParallel(
@@ -225,7 +224,9 @@ def build(cfg: DictConfig, run_dir: Path) -> Setup:
         forward = torch.compile(forward, mode=compile_mode(tr.compile))
     # autocast for forward + loss only; weights, gradients and optimizer state stay float32
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=value_of(tr.precision) == "bf16")
-    return Setup(device, dd, task, model, forward, ddp, opt, gen, window, ckpt, autocast, compiled, tr)
+    return Setup(
+        device, dd, task, model, forward, ddp, opt, gen, window, ckpt, autocast, compiled, tr, config
+    )
 
 
 def log_row(
@@ -285,7 +286,7 @@ def train(
     if main and prepared.discard:  # train.discard_old_results=true on a folder without a checkpoint
         log.warning("old results in %s moved to %s", run_dir, RunDir(run_dir).discard_results())
     s = build(cfg, run_dir)
-    handler = start_files(cfg, run_dir, state, s.device, s.dd.world) if main else None
+    handler = start_files(s.config, run_dir, state, s.device, s.dd.world) if main else None
     if main:  # the model's identity: the checkpoint's, the folder's, or new (kept in every checkpoint)
         s.ckpt.run_id = RunDir(run_dir).adopt_identity(state.get("run_id") if state else None)
     step = s.ckpt.restore(state, s.window) if state else 0
@@ -304,7 +305,7 @@ def train(
     own_tracker, own_guard = tracker is None, guard is None
     if own_tracker:
         tracker = (
-            tracking.Tracker.for_training(cfg.logger, run_dir, plain(cfg), run_name(cfg))
+            tracking.Tracker.for_training(cfg.logger, run_dir, s.config, run_name(cfg))
             if main
             else tracking.Tracker.off()
         )
