@@ -75,7 +75,10 @@ def test_a_typo_in_a_claim_is_refused_naming_the_file_the_claim_and_the_key(tmp_
 
 def test_at_most_four_primary_claims(tmp_path):
     one = NEW_CLAIM.split("claims:\n")[1].replace("sign: -1", "sign: -1\n    primary: true")
-    five = "claims:\n" + "".join(one.replace("my_claim", f"c{i}") for i in range(5))
+    # five claims on five different cells (the same contrast twice would be tested once: claims.once)
+    five = "claims:\n" + "".join(
+        one.replace("my_claim", f"c{i}").replace("in_distribution", f"region{i}") for i in range(5)
+    )
     assert "mine.yaml: claims declares 5 primary claims; allowed: at most 4" in refused(
         study_file(tmp_path, five)
     )

@@ -469,7 +469,18 @@ def test_the_findings_digest_files_every_claim_under_its_verdict():
         paired.Claim("n", "Claim N", "p"),
         paired.Claim("r", "Claim R", "p"),
     ]
-    row = dict(n_seeds=7, scale="identity", margin=2.0, p_holm=0.5, effect_size=0.5, family=1)
+    row = dict(
+        n_seeds=7,
+        scale="identity",
+        margin=2.0,
+        p_holm=0.5,
+        effect_size=0.5,
+        family="f",
+        family_k=1,
+        per_seed=(0.5, -0.5, 1.0, 0.2, 0.1, 0.9, -0.3),
+        p_value=0.5,
+        claimed_sign=1,
+    )
     table = pd.DataFrame(
         [
             {

@@ -147,7 +147,8 @@ def check_report(root: Path, out: Path) -> None:
     # the claims table and the findings, recomputed from the published CSVs alone
     claims = pd.read_csv(out / "quick_claims.csv")
     assert len(claims) and set(claims.verdict) <= {*stats.VERDICTS}
-    _, _, table, found = report.compute(csvs, ICL_CLAIMS)
+    decided = report.decide(csvs, setup)  # the study file's claims, 2 × 2 and primary endpoints
+    table, found = decided.table, decided.found
     assert len(table) == len(claims)
     for col in ("estimate", "low", "high", "p_value", "p_holm"):
         assert np.allclose(
@@ -599,13 +600,12 @@ def test_a_study_without_core_reads_the_papers_claims_on_every_rung(tmp_path):
     left = sorted(p.name for p in (tmp_path / "figs").iterdir())
     assert left == ["ladder_arms_0_every_num.png", "ladder_arms_1_every_num.png", "per_seed_grid.csv"]
     assert [f.name for f in figs] == ["ladder_arms_0_every_num.png", "ladder_arms_1_every_num.png"]
-    ladder = table[table.claim == "ssa_ladder"]
-    assert list(ladder.contrast) == [
-        "A, every_num, σ = 16 (training lengths)",
-        "A, every_num, length 80 (σ = 1)",
-        "C, every_num, σ = 16 (training lengths)",
-        "C, every_num, length 80 (σ = 1)",
-    ]
+    # each contrast is tested once (claims.once): the ladder's cells here are the per-rung claims' own,
+    # so `ssa_ladder` adds none and every SSA − softmax cell has one Holm p, in its rung's family
+    assert table[table.claim == "ssa_ladder"].empty
+    assert not table.duplicated(["contrast", "mean_a", "mean_b", "estimate"]).any()
+    assert set(ssa.contrast) == {"every_num, σ = 16", "every_num, length 80"}
+    assert set(ssa.family) == {"ssa_quant @ A", "ssa_quant @ C"}
 
 
 def test_a_contrast_between_two_models_that_did_not_learn_is_shown_not_judged():
@@ -644,7 +644,7 @@ def test_a_contrast_between_two_models_that_did_not_learn_is_shown_not_judged():
     table = paired.claims_table(frame, [claim], n_boot=500)
     by = table.set_index("contrast")
     mq, ct = by.loc["alibi, mqar, length 128 (×16)"], by.loc["alibi, counting, length 128 (×16)"]
-    assert mq.verdict == paired.NOT_LEARNED and np.isnan(mq.p_holm_table)
+    assert mq.verdict == paired.NOT_LEARNED and np.isnan(mq.p_holm) and mq.family_k == 0  # in no family
     assert mq.estimate == pytest.approx(1.0 - 0.91)  # shown: 0.96 + 0.05 capped at 1, against 0.86 + 0.05
     assert ct.p_holm == pytest.approx(ct.p_value) == pytest.approx(2 / 2**6)  # a family of one, not two
     assert ct.verdict == stats.YES  # SSA 0.08 lower in every seed
@@ -688,30 +688,41 @@ def test_the_wall_clock_thread_writes_until_the_block_ends():
     assert n >= 3 and len(calls) == n  # ticked while running, silent after
 
 
-def test_power_is_at_the_claims_holm_family_size():
-    """A contrast in a claim of k judged contrasts is powered at α/k (Holm's first step): checked against
-    statsmodels' paired t power; an unjudged contrast (neither model learned) is left out and does not
-    count towards its claim's family."""
+def test_power_is_at_the_claims_holm_family_size_from_the_observed_differences_with_ties():
+    """A contrast in a family of k judged contrasts is powered at α/k (Holm's first step), from its
+    observed per-seed differences with their ties (stats.power_sign_flip): 3 ties among 8 seeds leave 5
+    non-zero d_s, whose smallest two-sided p is 2^(1−5) = 0.0625 ≥ 0.05, so the power is exactly 0 (the
+    normal-theory power of the same d_z is not); 8 differences of one sign give p = 2/2^8 < 0.05/3 in
+    every resample, power 1. The seeds for 80% are counted up at the observed d_z, checked against
+    statsmodels' paired t power; an unjudged contrast is left out."""
     from statsmodels.stats.power import TTestPower
 
+    tied = (0.0, 0.0, 0.0, 0.3, 0.5, 0.2, 0.4, 0.6)
+    same = (0.3, 0.5, 0.2, 0.4, 0.6, 0.35, 0.45, 0.25)
+    base = {"n_seeds": 8, "verdict": stats.UNDERPOWERED}
     rows = [
-        {"claim": "three", "contrast": c, "n_seeds": 7, "effect_size": 1.5, "verdict": stats.UNDERPOWERED}
+        {**base, "claim": "three", "contrast": c, "family": "three", "family_k": 3, "per_seed": same}
         for c in ("a", "b", "c")
     ]
     rows += [
-        {"claim": "one", "contrast": "d", "n_seeds": 7, "effect_size": 1.5, "verdict": stats.UNDERPOWERED},
-        {"claim": "one", "contrast": "e", "n_seeds": 7, "effect_size": 1.5, "verdict": paired.NOT_LEARNED},
+        {**base, "claim": "one", "contrast": "d", "family": "one", "family_k": 1, "per_seed": tied},
+        {**base, "claim": "one", "contrast": "e", "family": "", "family_k": 0, "per_seed": same}
+        | {"verdict": paired.NOT_LEARNED},
     ]
+    for r in rows:
+        d = np.asarray(r["per_seed"])
+        r["effect_size"] = d.mean() / d.std(ddof=1)
     t = paired.power_table(pd.DataFrame(rows)).set_index("contrast")
     assert list(t.index) == ["a", "b", "c", "d"] and list(t["family k"]) == [3, 3, 3, 1]
-    want = {k: TTestPower().power(effect_size=1.5, nobs=7, alpha=0.05 / k) for k in (1, 3)}
-    assert t.loc["a", "power now"] == pytest.approx(want[3], abs=0.006)
-    assert t.loc["d", "power now"] == pytest.approx(want[1], abs=0.006)
-    assert want[3] < want[1]
+    assert list(t.ties) == [0, 0, 0, 3]
+    assert t.loc["d", "power now (sign flip, ties)"] == 0.0
+    dz_tied = rows[3]["effect_size"]
+    assert TTestPower().power(effect_size=dz_tied, nobs=8, alpha=0.05) > 0.6  # what the old table printed
+    assert t.loc["a", "power now (sign flip, ties)"] == 1.0
     # the seeds for 80%: the first n whose power at α/k reaches 0.8, and never below the exact test's floor
     n3 = int(t.loc["a", "seeds for 80%"])
-    assert TTestPower().power(effect_size=1.5, nobs=n3, alpha=0.05 / 3) >= 0.8 and 3 * 2.0 ** (1 - n3) < 0.05
-    assert n3 >= int(t.loc["d", "seeds for 80%"])
+    dz = rows[0]["effect_size"]
+    assert TTestPower().power(effect_size=dz, nobs=n3, alpha=0.05 / 3) >= 0.8 and 3 * 2.0 ** (1 - n3) < 0.05
 
 
 def test_claims_table_means_are_on_the_contrasts_scale():

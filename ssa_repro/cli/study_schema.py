@@ -16,6 +16,9 @@ A study file, after merging over the study it names in ``defaults``, has these k
                 study's (``tasks``: registered tasks, ``groups``: the study's groups, ``steps``: ints > 0)
 ``claims``      optional: ``{name: claim or block}``, the claims its report tests (reports/claims.py: the
                 grammar; the names a claim may use are its report's, :data:`CLAIM_VOCABULARY`)
+``factorials``  optional (ICL report): ``{name: 2 × 2 design}`` decided in the report (reports/factorial.py)
+``primary``     optional (ICL report): ``{name: endpoint}``, at most four primary endpoints with their
+                planned effects (reports/primary.py)
 ==============  =========================================================================================
 
 A duplicate in a list is refused: two equal seeds (or scorers, …) would make one job twice, and the
@@ -33,10 +36,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ssa_repro.config import CONF_DIR
 from ssa_repro.evaluation import EVALUATORS
-from ssa_repro.reports import claims, early, icl
+from ssa_repro.reports import claims, early, factorial, icl, primary
 from ssa_repro.tasks import TASKS
 
 TOP = {"defaults", "name", "report", "seeds", "base", "tasks", "archs", "groups", "evaluations", "claims"}
+TOP |= {"factorials", "primary"}
 CLAIM_VOCABULARY = {"icl": (icl.CLAIM_NAMES, icl.JUDGES), "early": (early.CLAIM_NAMES, early.JUDGES)}
 """Per report (a study's ``report`` key; ``icl`` without one): the values and judges its claims may name."""
 REQUIRED = ("name", "seeds", "base", "tasks", "archs", "groups", "evaluations")
@@ -162,6 +166,11 @@ def problems(study: DictConfig, file: str) -> list[str]:
     ):  # (an unknown report: cli/run_study.py)
         names, judges = CLAIM_VOCABULARY[report]
         c.out += claims.problems(_plain(study.claims), file, names, judges, report)
+    designs = _plain(study.get("factorials"))
+    c.out += factorial.problems(designs, file, CLAIM_VOCABULARY.get(report, ((),))[0])
+    c.out += primary.problems(
+        _plain(study.get("primary")), file, designs=list(designs) if isinstance(designs, dict) else ()
+    )
     return c.out
 
 

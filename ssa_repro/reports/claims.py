@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 from ssa_repro.reports.paired import Claim, Spec
@@ -64,7 +64,29 @@ def build(entries: Mapping | None, ctx: Context) -> list[Claim]:
     the frame ``ctx`` was computed from: the primary ones first, each part in the section's order."""
     out: list[Claim] = []
     _walk(entries or {}, ctx, {}, out)
-    return sorted(out, key=lambda c: not c.primary)  # the declared primary endpoints first (stable)
+    out = sorted(out, key=lambda c: not c.primary)  # the declared primary endpoints first (stable)
+    return once(out)
+
+
+def once(claims: list[Claim]) -> list[Claim]:
+    """Each contrast tested once: a claim's contrast with the same metric and arms as an earlier claim's
+    is left out of it (a ladder's ``ssa_<group>`` repeats the cells of the per-rung claims), so that it
+    has one Holm p, in the first claim's family; a claim left with no contrast is dropped."""
+    seen, kept = set(), []
+    for c in claims:
+        specs = []
+        for s in c.specs:
+            key = (s.metric, _frozen(s.a), _frozen(s.b))
+            if key not in seen:
+                seen.add(key)
+                specs.append(s)
+        if specs:
+            kept.append(replace(c, specs=tuple(specs)))
+    return kept
+
+
+def _frozen(filters: Mapping) -> tuple:
+    return tuple(sorted((str(k), str(v)) for k, v in filters.items()))
 
 
 def _walk(entries: Mapping, ctx: Context, bound: dict, out: list) -> None:
@@ -96,6 +118,17 @@ def _claim(name: str, e: Mapping, ctx: Context, bound: dict) -> Claim:
         primary=bool(e.get("primary", False)),
         family=_fill(e["family"], ns) if e.get("family") is not None else None,
     )
+
+
+def fill(x, ctx: Context):
+    """``x`` (a template, or a mapping or list of them) with its placeholders filled from the report's
+    values (what the study file's other sections, ``factorials:`` and ``primary:``, can name)."""
+    ns = _namespace(ctx, {})
+    if isinstance(x, (list, tuple)):
+        return [fill(v, ctx) for v in x]
+    if isinstance(x, Mapping):
+        return {(_fill(k, ns) if isinstance(k, str) else k): fill(v, ctx) for k, v in x.items()}
+    return _fill(x, ns)
 
 
 def _expand(each: Mapping, ctx: Context, bound: dict) -> list[dict]:

@@ -239,10 +239,13 @@ def findings_markdown(
         c = text[r["claim"]]
         lines.append(
             f"- **{c.claim}** — {r['contrast']}: {c.contrast_text} = {paired.contrast_text(r)} ({r['verdict']}; "
-            f"a {r['mean_a']:.3g} → b {r['mean_b']:.3g})."
+            f"a {r['mean_a']:.3g} → b {r['mean_b']:.3g}, means over the paired seeds)."
         )
     if not lines:
         lines.append("- **No claim is supported or contradicted**: the decision rule calls no contrast.")
+    # the SSA effects no family calls, against SSA as prominently as for it (issue 38), before the digest
+    ssa = [x for x in paired.ssa_effect_lines(table, found_claims) if x]
+    lines += [f"- {x}" if i == 0 else f"  {x}" for i, x in enumerate(ssa)]
     lines += verdict_digest(found_claims, table if table is not None else pd.DataFrame())
     reg = regime_table(frame)
     if len(reg):
@@ -299,6 +302,8 @@ def verdict_digest(found_claims, table: pd.DataFrame) -> list[str]:
     heads = {
         stats.WITHIN: "Not detected, within the margin (both intervals inside ±m: no effect that matters, at "
         "these settings)",
+        stats.NONZERO_WITHIN: "Non-zero, within the margin (the test rejects 0 and both intervals lie inside "
+        "±m: real, too small to matter)",
         stats.UNDERPOWERED: "Not detected, underpowered (the interval reaches past the margin)",
         paired.NOT_LEARNED: "Not testable at this size (neither arm scores above chance)",
     }
@@ -376,8 +381,10 @@ def render(
         "**Decision rule** (docs/statistics.md): per contrast, b − a per seed (same seed: the same initial "
         "weights and batch order under every scorer; the same Zorro pairs, held-out utterances, streams and "
         "task items for every model), averaged over seeds; a 95% expanded percentile bootstrap interval over "
-        "seeds; the exact sign-flip p over seeds, Holm-adjusted across the claim's contrasts. *yes* / "
-        "*contradicted*: the interval excludes 0 (on the claimed / other side) and p_Holm < 0.05; *not "
+        "seeds; the exact sign-flip p over seeds, Holm-adjusted once, across the claim's contrasts (its "
+        "family, named beside it). *yes* / *contradicted*: the interval excludes 0 (on the claimed / other "
+        "side) and p_Holm < 0.05, unless both intervals lie inside ±m: then *non-zero, within ±m* (never "
+        "*contradicted*); *not "
         "detected (within ±m)*: the interval and Student's t interval of the d_s inside ±m (Zorro ±2 points, masked-LM loss ±0.02 nats, "
         "perplexity ratio ±2%, LM-eval accuracy ±0.02); otherwise *not detected (underpowered)*. With n seeds "
         "the smallest two-sided p is 2^(1−n): 3 seeds can call no difference (0.25), 7 seeds a family of up to "
@@ -411,8 +418,8 @@ def render(
     lines += section(
         "Zorro at the last checkpoint: the paper's table 3 beside ours",
         "PLL accuracy (%), seed mean (min–max) per scorer, the paper's softmax / SSA-1.5 / SSA-2, and each "
-        "SSA arm − softmax over paired seeds (points: estimate, 95% interval, sign-flip p Holm-adjusted within "
-        "the arm over these 14 rows) beside the paper's difference. Descriptive: a family of 14 needs "
+        "SSA arm − softmax over paired seeds (points: estimate, 95% interval, raw sign-flip p; the rows the "
+        "claims test have their one Holm p in the claims table) beside the paper's difference. Descriptive: a family of 14 needs "
         f"{stats.seeds_to_call(14)} seeds before any row can be called (14 · 2^(1−n) < 0.05), and the paper's "
         "differences have both signs; the claims above are the tests.",
         table3(frame, table) if len(frame) else None,
@@ -449,10 +456,12 @@ def render(
     )
     lines += section(
         "Power for the effects seen",
-        "Per judged contrast of the claims table: d_z = mean/SD of the per-seed differences, the size k of "
-        "its claim's Holm family, the power of the paired test at the seeds used and the seeds needed for "
-        "80%, both at α = 0.05/k (Holm's first step: the power is a lower bound; 0 until k · 2^(1−n) < 0.05, "
-        "the exact sign-flip test's floor).",
+        "Per judged contrast of the claims table: its Holm family and the family's size k, the seeds (and "
+        "ties, d_s = 0), d_z = mean/SD of the per-seed differences, the power at the seeds used from the "
+        "observed differences with their ties (`stats.power_sign_flip`; 0 where the non-zero d_s are too few "
+        "for the exact test ever to reach α/k) and the seeds needed for 80% at the observed d_z "
+        "(`stats.power_paired`, normal theory), both at α = 0.05/k (Holm's first step: the power is a lower "
+        "bound).",
         paired.power_table(table) if len(table) else None,
     )
     return finish(lines, table, missing, setup, out_dir, name, after_missing=GPU_LINES)

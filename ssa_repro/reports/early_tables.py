@@ -113,8 +113,8 @@ PAPER_ARM = {"ssa_n1.5": 1, "ssa_n2": 2}  # the column of PAPER_TABLE3 (softmax,
 def table3(frame: pd.DataFrame, table: pd.DataFrame, method: str = "pll") -> pd.DataFrame:
     """The paper's table 3 beside ours at the last checkpoint of the main group: per probe, each
     scorer's seed mean (min–max), the paper's three numbers, and each SSA arm − softmax (estimate,
-    interval, sign-flip p Holm-adjusted within the arm over the 12 probes and the two means) beside the
-    paper's difference. Descriptive, no verdict: the paper's differences have both signs, and a family of
+    interval, raw sign-flip p: the rows the claims test have their one Holm p in the claims table, and a
+    second over these rows would give them two) beside the paper's difference. Descriptive, no verdict: the paper's differences have both signs, and a family of
     14 needs :func:`stats.seeds_to_call` (14) seeds before anything can be called; the claims are the tests."""
     z = frame[(frame.part == "zorro") & (frame.metric == "zorro_accuracy") & (frame.method == method)]
     g = main_group(z, "mlm")
@@ -159,7 +159,7 @@ def table3(frame: pd.DataFrame, table: pd.DataFrame, method: str = "pll") -> pd.
                 i = PAPER_ARM.get(arm)
                 theirs = f" (paper {paper[i] - paper[0]:+.1f})" if paper and i else ""
                 row[f"{arm} − softmax"] = (
-                    f"{r.estimate:+.1f} [{r.low:+.1f}, {r.high:+.1f}], p_Holm {r.p_holm:.2g}{theirs}"
+                    f"{r.estimate:+.1f} [{r.low:+.1f}, {r.high:+.1f}], p {r.p_value:.2g}{theirs}"
                 )
         rows.append(row)
     return pd.DataFrame(rows)

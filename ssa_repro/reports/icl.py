@@ -41,6 +41,7 @@ CLAIM_NAMES = (
     "M_max",
     "sigma_f",
     "sigma_f_ood",
+    "sigma_f_max",
     "quant",
     "bases",
     "boundary_metric",
@@ -59,16 +60,18 @@ JUDGES = ("learned",)
 def context(frame: pd.DataFrame) -> claims_engine.Context:
     """The values the ICL claims read from the per-seed ``frame`` (:data:`CLAIM_NAMES`; None or empty
     where the frame lacks them, so a claim's ``when`` skips it) and the judge ``learned``: a contrast of
-    a length task that neither scorer's model learned (:func:`length.length_learned`) is not judged."""
+    a length task where neither scorer's model beats the label-rule baselines at the length compared
+    (:func:`length.length_learned` at that cell) is not judged."""
     ax = axes(frame)
     s_max, s_min, m_max = ax["sigma_max"], ax["sigma_min"], ax["M_max"]
     bnd = (
         paired.select(frame, part="boundary", summary="prompts=query_sweep") if "part" in frame else frame[:0]
     )
     ms = [x for x in ax["M"] if x > 1] or ax["M"]
-    learned = length_learned(frame)
+    learned = length_learned(frame, ratio=None)  # at every test length: a contrast is judged where it is
     learned = {
-        tuple(k): v for k, v in zip(learned[["group", "task", "arch", "scorer"]].values, learned.learned)
+        tuple(k): v
+        for k, v in zip(learned[["group", "task", "arch", "scorer", "summary"]].values, learned.learned)
     }
 
     def ladder(b: Mapping) -> list[dict]:
@@ -77,8 +80,11 @@ def context(frame: pd.DataFrame) -> claims_engine.Context:
         return [dict(zip(("label", "task", "metric", "summary"), c)) for c in cells]
 
     def judged(a: Mapping, b: Mapping) -> bool:
+        # at the length the contrast compares (its cell's summary): two models at the baseline there
+        # compare two guesses, whatever they did at the training length
         return any(
-            learned.get((a["group"], a["task"], a["arch"], s), True) for s in (a["scorer"], b["scorer"])
+            learned.get((a["group"], a["task"], a["arch"], s, a.get("summary")), True)
+            for s in (a["scorer"], b["scorer"])
         )
 
     values = {
@@ -88,6 +94,7 @@ def context(frame: pd.DataFrame) -> claims_engine.Context:
         "M_max": None if m_max is None else _g(m_max),
         "sigma_f": [_g(f) for f in ax["sigma_f"]],
         "sigma_f_ood": [_g(f) for f in ax["sigma_f"] if f > 1],
+        "sigma_f_max": _g(ax["sigma_f"][-1]) if ax["sigma_f"] else None,
         "quant": [{"task": t, "adverse": ADVERSE[t.split("_")[0]]} for t in QUANT if t in set(frame.task)],
         "bases": [
             {

@@ -79,12 +79,14 @@ def axes(frame: pd.DataFrame) -> dict:
 def bases(frame: pd.DataFrame) -> list[tuple[str, str]]:
     """The arms (group, architecture) the per-axis sections and the paper's claims are read on:
     :data:`BASE` where the study has it, else every architecture of the groups outside
-    :data:`KNOWN_GROUPS` (a scale ladder's rungs), in name order."""
+    :data:`KNOWN_GROUPS` (a scale ladder's rungs) that holds a task these claims and sections read (a
+    quantifier or linear: length_cpu's ``mqar_probe`` group is no base, else its arms would repeat the
+    ``length`` group's claims under the same keys), in name order."""
     if not len(frame):
         return []
     if ((frame.group == BASE[0]) & (frame.arch == BASE[1])).any():
         return [BASE]
-    other = frame[~frame.group.isin(KNOWN_GROUPS)]
+    other = frame[~frame.group.isin(KNOWN_GROUPS) & frame.task.isin([*QUANT, "linear"])]
     return sorted(set(zip(other.group, other.arch)))
 
 

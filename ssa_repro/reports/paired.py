@@ -11,9 +11,9 @@ job × metric × cell summary (:data:`PER_SEED_COLUMNS`), and writes them with :
 A claim is a list of :class:`Spec` (one paired contrast b − a each, e.g. SSA − softmax on one task:
 claims that span several tasks get one contrast per task, never a pooled one). :func:`claims_table`
 puts every contrast of every claim in one table (``stats.contrast_table``): the paired estimate, its
-bootstrap interval, the sign-flip p Holm-adjusted across the claim's contrasts (``p_holm``: the
-family of a claim that spans tasks; the verdict uses it) and across the whole table (``p_holm_table``),
-and the verdict of the decision rule. :func:`claim_verdict` combines a claim's contrasts; :func:`findings` picks the headline
+bootstrap interval, the sign-flip p Holm-adjusted in the contrast's one family (``p_holm``: the claim's
+contrasts, a family claims share, or the declared primary endpoints; the verdict uses it), and the
+verdict of the decision rule. :func:`claim_verdict` combines a claim's contrasts; :func:`findings` picks the headline
 results by a fixed rule.
 """
 
@@ -232,19 +232,35 @@ def pairs(frame: pd.DataFrame, claims: Sequence[Claim]) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=cols)
 
 
-def claims_table(frame: pd.DataFrame, claims: Sequence[Claim], *, n_boot: int = 4000) -> pd.DataFrame:
+def claims_table(
+    frame: pd.DataFrame,
+    claims: Sequence[Claim],
+    *,
+    n_boot: int = 4000,
+    families: Mapping[tuple[str, str], str] | None = None,
+) -> pd.DataFrame:
     """Every contrast of every claim (:func:`stats.contrast_table`, Holm within each claim's family: the
-    claim itself unless claims name a shared ``family``): one row
+    claim itself unless claims name a shared ``family``; ``families`` {(claim, contrast): family} moves
+    single contrasts into another family, e.g. the declared primary endpoints into ``primary``): one row
     per claim × contrast with a and b both measured (columns ``claim``, ``contrast``, ``metric``,
-    ``n_seeds``, ``estimate``, ``low``, ``high``, ``p_value``, ``p_holm``, ``verdict``, ``margin``,
-    ``scale``, ``effect_size``, ``per_seed``, ``mean_a``, ``mean_b``, ``family``)."""
+    ``n_seeds``, ``estimate``, ``low``, ``high``, ``p_value``, ``p_holm`` (the one Holm p of the contrast,
+    within ``family``, of ``family_k`` judged contrasts), ``verdict``, ``margin``, ``scale``,
+    ``effect_size``, ``per_seed``, ``mean_a``, ``mean_b``). The verdict is :func:`stats.verdict`'s with
+    ``inside_margin``: a significant effect inside ±m is "non-zero, within ±m", never "contradicted";
+    ``mean_a``/``mean_b`` are over the seeds the contrast pairs (both arms measured), the seeds its
+    estimate is the mean over."""
     p = pairs(frame, claims)
     if p.empty:
         return pd.DataFrame()
     both = p.groupby(["claim", "contrast"]).arm.transform("nunique") == 2
     p = p[both]
+    # only the seeds with both arms: the contrast's estimate, and its arms' means, are over these
+    arms = p.groupby(["claim", "contrast", "seed"]).arm.transform("nunique") == 2
+    p = p[arms & p.value.notna()]
     if p.empty:
         return pd.DataFrame()
+    if families:
+        p = p.assign(family=[families.get((c, s), f) for c, s, f in zip(p.claim, p.contrast, p.family)])
     # Holm within each family over the judged contrasts only: an unjudged one (two models that did not
     # learn, Spec.judged) gets its estimate and interval, but joins no family and no finding
     unjudged = {(c.key, s.label) for c in claims for s in c.specs if not s.judged}
@@ -258,14 +274,16 @@ def claims_table(frame: pd.DataFrame, claims: Sequence[Claim], *, n_boot: int = 
         scale={**stats.METRIC_SCALES, **EXTRA_SCALES},
         family=["family"],
         n_boot=n_boot,
+        inside_margin=True,
     )
     parts = []
     if judged.any():
         t = stats.contrast_table(p[judged], **kw)
-        t["p_holm_table"] = stats.holm(t.p_value.to_numpy())
+        t["family_k"] = t.groupby("family").family.transform("size")
         parts.append(t)
     if not judged.all():
-        parts.append(stats.contrast_table(p[~judged], **kw).assign(verdict=NOT_LEARNED, p_holm_table=np.nan))
+        unjudged_rows = stats.contrast_table(p[~judged], **kw)
+        parts.append(unjudged_rows.assign(verdict=NOT_LEARNED, p_holm=np.nan, family="", family_k=0))
     t = parts[0]
     if len(parts) > 1 or not judged.any():  # each unjudged row back beside its claim's others
         t = pd.concat(parts, ignore_index=True)
@@ -285,7 +303,8 @@ def claims_table(frame: pd.DataFrame, claims: Sequence[Claim], *, n_boot: int = 
 
 def claim_verdict(verdicts: Sequence[str]) -> str:
     """A claim's verdict from its contrasts' (one per task): every one "yes" → yes; some "yes" →
-    partly; else any "contradicted" → contradicted; every one "within ±m" → within; else underpowered;
+    partly; else any "contradicted" → contradicted; every one "within ±m" → within; every one within
+    ±m, some of them non-zero → "non-zero, within ±m"; else underpowered;
     no contrast → "not measured". Contrasts :data:`NOT_LEARNED` do not count (all of them: NOT_LEARNED)."""
     v = list(verdicts)
     if not v:
@@ -301,24 +320,38 @@ def claim_verdict(verdicts: Sequence[str]) -> str:
         return stats.CONTRADICTED
     if all(x == stats.WITHIN for x in v):
         return stats.WITHIN
+    if all(x in (stats.WITHIN, stats.NONZERO_WITHIN) for x in v):
+        return stats.NONZERO_WITHIN
     return stats.UNDERPOWERED
 
 
 def fmt(x: float, scale: str = "identity") -> str:
-    """A number as the report prints it (3 significant digits; log-scale contrasts as a ratio ×)."""
+    """A number as the report prints it (3 significant digits; log-scale contrasts as a ratio ×, with
+    three decimals between ×0.9 and ×1.1, so that an interval excluding 1 shows it: ×1.004 [×1.001,
+    ×1.008], not ×1 [×1, ×1.01])."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
     if scale == "log":
-        return f"×{math.exp(x):.3g}"
+        r = math.exp(x)
+        return f"×{r:.3f}" if 0.9 <= r < 1.1 else f"×{r:.3g}"
     return f"{x:+.3g}" if x else "0"
 
 
+def holm_text(row) -> str:
+    """``p_Holm 0.016 (family sigma, k = 4)``: the contrast's one Holm p, with the family it is adjusted
+    in; an unjudged contrast joins none (its raw p)."""
+    if not row.get("family_k"):
+        return f"p {row['p_value']:.2g} (raw, in no family)"
+    return f"p_Holm {row['p_holm']:.2g} (family {row['family']}, k = {int(row['family_k'])})"
+
+
 def contrast_text(row) -> str:
-    """``+0.12 [0.05, 0.2], p_Holm 0.01, 10 seeds``: a contrast row of :func:`claims_table`."""
+    """``+0.12 [0.05, 0.2], p_Holm 0.01 (family sigma, k = 4), 10 seeds``: a contrast row of
+    :func:`claims_table`."""
     sc = row["scale"]
     return (
         f"{fmt(row['estimate'], sc)} [{fmt(row['low'], sc)}, {fmt(row['high'], sc)}], "
-        f"p_Holm {row['p_holm']:.2g}, {int(row['n_seeds'])} seeds"
+        f"{holm_text(row)}, {int(row['n_seeds'])} seeds"
     )
 
 
@@ -338,6 +371,56 @@ def findings(table: pd.DataFrame, n: int = 5, first: Sequence[str] = ()) -> pd.D
     best = called.sort_values("strength", ascending=False).groupby("topic", sort=False).head(1)
     best["lead"] = [next((i for i, f in enumerate(first) if c.startswith(f)), len(first)) for c in best.claim]
     return best.sort_values(["lead", "strength"], ascending=[True, False]).head(n)
+
+
+def ssa_effects(table: pd.DataFrame, claims: Sequence[Claim], alpha: float = 0.05) -> pd.DataFrame:
+    """The exploratory SSA contrasts (claims whose contrast is "SSA …": SSA is arm b) with a raw sign-flip
+    p < ``alpha``, or an interval entirely past the margin, that their Holm family does not call, for SSA
+    and against it alike, strongest first:
+    the effects a reader must see beside the called ones (e.g. SSA worse at length 80, raw p 0.025, in a
+    family of eight). Adds ``for_ssa`` (the estimate on the claimed side) and ``seeds_b_worse`` (seeds
+    where SSA is on the unclaimed side)."""
+    if table.empty:
+        return table
+    ssa = {c.key for c in claims if c.contrast_text.startswith("SSA")}
+    t = table[
+        table.claim.isin(ssa)
+        & ((table.p_value < alpha) | (table.low > table.margin) | (table.high < -table.margin))
+        & ~table.verdict.isin([stats.YES, stats.CONTRADICTED, NOT_LEARNED])
+        & (table.get("family", "") != "primary")
+    ].copy()
+    if t.empty:
+        return t
+    sign = np.sign(t.estimate.to_numpy(float))
+    t["for_ssa"] = sign == t.claimed_sign.to_numpy(int)
+    t["seeds_b_worse"] = [
+        int(np.sum(np.asarray(d, float) * s < 0)) for d, s in zip(t.per_seed, t.claimed_sign)
+    ]
+    return t.sort_values("p_value", kind="stable")
+
+
+def ssa_effect_lines(table: pd.DataFrame | None, claims) -> list[str]:
+    """The exploratory SSA contrasts :func:`ssa_effects` picks, for and against SSA alike, each
+    with the seeds on SSA's worse side, its raw p and its one Holm p (a finding list's last part)."""
+    ssa = ssa_effects(table, claims) if table is not None and len(table) else pd.DataFrame()
+    if not len(ssa):
+        return []
+    lines = [
+        "",
+        "**Exploratory SSA contrasts with a raw p < 0.05 or an interval past the margin, not called in "
+        "their Holm family**, for and against SSA alike (hypotheses for the next run, not results):",
+        "",
+    ]
+    for _, r in ssa.iterrows():
+        c = next(c for c in claims if c.key == r["claim"])
+        sc = r["scale"]
+        lines.append(
+            f"- {'for' if r['for_ssa'] else '**against**'} SSA — {c.claim}, {r['contrast']}: "
+            f"{c.contrast_text} = {fmt(r['estimate'], sc)} [{fmt(r['low'], sc)}, "
+            f"{fmt(r['high'], sc)}] (margin ±{r['margin']:.3g}), {int(r['seeds_b_worse'])} of "
+            f"{int(r['n_seeds'])} seeds worse with SSA, raw p {r['p_value']:.2g} ({holm_text(r)})."
+        )
+    return lines
 
 
 # ------------------------------------------------------------------ the rule and its power
@@ -370,27 +453,45 @@ def seeds_for(dz: float, power: float = 0.8, most: int = 500, alpha: float = 0.0
     return f"> {most}"
 
 
+POWER_SIMULATIONS = 1000  # resamples per contrast for the sign-flip power: Monte Carlo SE ≤ 0.016
+
+
+def observed_power(per_seed, alpha: float) -> float:
+    """The power of the exact sign-flip test at ``alpha`` for differences like the observed ``per_seed``
+    d_s, ties (zero d_s) held as they are (:func:`stats.power_sign_flip`, ``ties="conditional"``): 0
+    where the non-zero d_s are too few for the test ever to reach ``alpha`` (3 ties among 8 seeds:
+    smallest p 2^−4 = 0.0625), which the normal-theory power of d_z does not see."""
+    d = np.asarray(per_seed, dtype=float)
+    if len(d) < 2 or not np.any(d):
+        return 0.0
+    return float(stats.power_sign_flip(d, alpha, n_sim=POWER_SIMULATIONS, seed=0))
+
+
 def power_table(table: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
-    """Per judged contrast with an effect size: the seeds it used, its d_z, the size k of its claim's Holm
-    family (the claim's judged contrasts), and the power at those seeds and the seeds needed for 80%
-    power, both at α/k: Holm's first step, so the power is a lower bound and the seeds an upper one. A
-    family of k needs k · 2^(1−n) < α before the exact sign-flip test can call anything."""
+    """Per judged contrast with an effect size: the seeds it used (and how many of them tie, d_s = 0),
+    its d_z, its Holm family and that family's size k, the power at those seeds from the observed d_s
+    (:func:`observed_power`: the exact sign-flip test, ties included) and the seeds needed for 80% power
+    at the effect d_z (:func:`seeds_for`, normal theory), both at α/k: Holm's first step, so the power is
+    a lower bound and the seeds an upper one. A family of k needs k · 2^(1−n') < α (n' the non-zero d_s)
+    before the exact sign-flip test can call anything."""
     judged = table[table.verdict != NOT_LEARNED] if "verdict" in table else table
-    family = judged.groupby("family" if "family" in judged else "claim").size()
     rows = []
     for r in judged.itertuples():
         dz = r.effect_size
         if not np.isfinite(dz) or dz == 0:
             continue
-        k = int(family.get(getattr(r, "family", r.claim), 1))
+        k = int(r.family_k)
+        d = np.asarray(r.per_seed, dtype=float)
         rows.append(
             {
                 "claim": r.claim,
                 "contrast": r.contrast,
-                "seeds": int(r.n_seeds),
+                "family": r.family,
                 "family k": k,
+                "seeds": int(r.n_seeds),
+                "ties": int(np.sum(d == 0)),
                 "d_z": round(float(dz), 2),
-                "power now": round(stats.power_paired(dz, int(r.n_seeds), alpha / k), 2),
+                "power now (sign flip, ties)": round(observed_power(d, alpha / k), 2),
                 "seeds for 80%": seeds_for(dz, alpha=alpha / k),
             }
         )

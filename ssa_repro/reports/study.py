@@ -30,13 +30,26 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ssa_repro import stats
 from ssa_repro.core.atomic import write_text
-from ssa_repro.reports import icl, icl_cells, icl_figures, icl_frame, icl_tables, length, paired, provenance
+from ssa_repro.reports import (
+    factorial,
+    icl,
+    icl_cells,
+    icl_figures,
+    icl_frame,
+    icl_tables,
+    length,
+    paired,
+    primary,
+    provenance,
+)
 from ssa_repro.reports.tables import markdown_table
 
 CLAIM_COLUMNS = [
@@ -51,12 +64,54 @@ CLAIM_COLUMNS = [
     "high",
     "p_value",
     "p_holm",
-    "p_holm_table",
+    "family",
+    "family_k",
     "verdict",
     "margin",
     "scale",
     "effect_size",
 ]
+
+
+@dataclass
+class Decided:
+    """What a report decides from its per-seed frame: the claims and their table, the findings, the
+    declared 2 × 2 designs' effects (``designs``), the primary endpoints (``eps``: as declared, filled;
+    ``primaries``: their results, :func:`primary.decide`)."""
+
+    frame: pd.DataFrame
+    claims: list
+    table: pd.DataFrame
+    found: pd.DataFrame
+    designs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    eps: dict = field(default_factory=dict)
+    primaries: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def decide(paths: dict[str, Path], setup: dict | None = None) -> Decided:
+    """From the published per-seed CSVs and the study's file (``setup``: its ``claims:``,
+    ``factorials:`` and ``primary:`` sections): every decision the report prints. The primary endpoints
+    leave their claim's or design's Holm family for the family ``primary`` (one Holm p per contrast)."""
+    setup = setup or {}
+    frame = paired.read_back(paths)
+    ctx = icl.context(frame) if len(frame) else None
+    claims = icl.claims(frame, setup.get("claims")) if len(frame) else []
+    eps = primary.declared(setup.get("primary"), ctx) if ctx else {}
+    table = (
+        paired.claims_table(frame, claims, families=primary.claim_families(eps)) if claims else pd.DataFrame()
+    )
+    designs = (
+        factorial.table(frame, setup.get("factorials"), ctx, primary.design_cells(eps))
+        if ctx
+        else pd.DataFrame()
+    )
+    primaries = primary.decide(eps, table, designs, frame, claims) if eps else pd.DataFrame()
+    if len(table):
+        per_claim = table.groupby("claim", sort=False).verdict.agg(lambda v: paired.claim_verdict(list(v)))
+        table["claim_verdict"] = table.claim.map(per_claim)
+    exploratory = table[table.family != primary.FAMILY] if len(table) else table
+    found = paired.findings(exploratory, n=5, first=["architecture"]) if len(table) else pd.DataFrame()
+    return Decided(frame, claims, table, found, designs, eps, primaries)
 
 
 def compute(
@@ -65,14 +120,8 @@ def compute(
     """From the published per-seed CSVs: (the per-seed frame, the claims, the claims table, the
     findings); ``entries``: the study's ``claims:`` section (reports/claims.py; none: no claims). The
     test recomputes the report's numbers with this from the CSVs alone."""
-    frame = paired.read_back(paths)
-    claims = icl.claims(frame, entries) if len(frame) else []
-    table = paired.claims_table(frame, claims) if claims else pd.DataFrame()
-    if len(table):
-        per_claim = table.groupby("claim", sort=False).verdict.agg(lambda v: paired.claim_verdict(list(v)))
-        table["claim_verdict"] = table.claim.map(per_claim)
-    found = paired.findings(table, n=5, first=["architecture"]) if len(table) else pd.DataFrame()
-    return frame, claims, table, found
+    d = decide(paths, {"claims": entries})
+    return d.frame, d.claims, d.table, d.found
 
 
 def title(name: str, setup: dict | None, where: str = "a CPU") -> str:
@@ -127,9 +176,51 @@ def claims_markdown(claims, table: pd.DataFrame) -> list[str]:
     return out
 
 
-def findings_markdown(found: pd.DataFrame, claims, table: pd.DataFrame | None = None) -> list[str]:
-    """The called contrasts (``found``), or why there are none: with too few seeds the rule cannot call
-    any (the smallest two-sided sign-flip p is 2^(1−n)), which is said with what the study can show."""
+def findings_markdown(
+    found: pd.DataFrame, claims, table: pd.DataFrame | None = None, decided: Decided | None = None
+) -> list[str]:
+    """The findings: the declared primary endpoints first, whatever they say, for SSA or against it;
+    then the exploratory contrasts the rule calls (``found``), or why there are none (with too few
+    seeds the smallest two-sided sign-flip p is 2^(1−n)); then the exploratory SSA contrasts with a raw
+    p < 0.05 that no Holm family calls, for and against SSA alike (:func:`paired.ssa_effects`)."""
+    lines = []
+    if decided is not None and len(decided.primaries):
+        lines += [
+            "**Primary endpoints** (declared after these runs, for the next ones; see *Primary endpoints*):",
+            "",
+        ]
+        for i, (_, r) in enumerate(decided.primaries.iterrows(), 1):
+            sc = r["scale"]
+            if r["claimed_side"] is None:
+                side = ""
+            elif r["about_ssa"]:
+                side = " — estimate on SSA's side" if r["claimed_side"] else " — **estimate against SSA**"
+            else:
+                side = (
+                    " — estimate on the claimed side"
+                    if r["claimed_side"]
+                    else " — estimate against the claim"
+                )
+            b = r["binary"]
+            gen = (
+                f"; seeds generalising (error < {b['threshold']:g}): a {b['a']}/{b['n']}, b {b['b']}/{b['n']}, "
+                f"McNemar p {b['mcnemar'].p_value:.2g}"
+                if b
+                else ""
+            )
+            lines.append(
+                f"{i}. **{r['text']}** = {paired.fmt(r['estimate'], sc)} [{paired.fmt(r['low'], sc)}, "
+                f"{paired.fmt(r['high'], sc)}], p_Holm {r['p_holm']:.2g} (primary, k = {int(r['k'])}), "
+                f"{int(r['n_seeds'])} seeds, {int(r['seeds_worse'])} against the claimed direction{gen}: "
+                f"**{r['verdict']}**{side}; power at these seeds {r['power (observed d_s, ties)']:.2f} "
+                f"(observed d_s), {r['power (planned d_z)']:.2f} (planned d_z {r['planned d_z']:g})."
+            )
+        lines += ["", "**Exploratory** (each within its own Holm family; the rule's calls):", ""]
+    lines += _called_lines(found, claims, table)
+    return lines + paired.ssa_effect_lines(table, claims)
+
+
+def _called_lines(found: pd.DataFrame, claims, table: pd.DataFrame | None) -> list[str]:
     if found.empty:
         n = int(table.n_seeds.max()) if table is not None and len(table) else 0
         if n and 2.0 ** (1 - n) >= 0.05:
@@ -147,7 +238,7 @@ def findings_markdown(found: pd.DataFrame, claims, table: pd.DataFrame | None = 
         c = text[r["claim"]]
         lines.append(
             f"{i}. **{c.claim}** — {r['contrast']}: {c.contrast_text} = {paired.contrast_text(r)} "
-            f"({r['verdict']}; a {r['mean_a']:.3g} → b {r['mean_b']:.3g}; |effect| = "
+            f"({r['verdict']}; a {r['mean_a']:.3g} → b {r['mean_b']:.3g}, means over the paired seeds; |effect| = "
             f"{abs(r['estimate']) / r['margin']:.1f} margins)."
         )
     return lines
@@ -158,10 +249,12 @@ def rule_markdown(table: pd.DataFrame) -> list[str]:
     lines = [
         "**Decision rule** (docs/statistics.md). Per contrast, b − a per seed (same seed: same initial "
         "weights and training prompts; same evaluation prompts), averaged over seeds; a 95% expanded "
-        "percentile bootstrap interval over seeds; the exact sign-flip p over seeds, Holm-adjusted across "
-        "the contrasts of the claim (one per task; `p_holm_table` in the CSV adjusts across the whole "
-        "table). *yes*: the interval excludes 0 on the claimed side and p_Holm < 0.05; *contradicted*: the "
-        "same on the other side; *not detected (within ±m)*: the interval and Student's t interval of the d_s inside ±m (m per metric: "
+        "percentile bootstrap interval over seeds; the exact sign-flip p over seeds, Holm-adjusted once, in "
+        "the contrast's one family, named beside it: the contrasts of its claim (one per task), a family "
+        "claims share, or the declared primary endpoints. *yes*: the interval excludes 0 on the claimed "
+        "side and p_Holm < 0.05; *contradicted*: the same on the other side, unless both intervals lie "
+        "inside ±m: then *non-zero, within ±m* (real, too small to matter; never *contradicted*); *not "
+        "detected (within ±m)*: the interval and Student's t interval of the d_s inside ±m (m per metric: "
         + ", ".join(f"{k} {v:.3g}" for k, v in list(stats.MARGINS.items())[:4])
         + ", MSE ±log 1.1 on the log scale); otherwise *not detected (underpowered)*. A claim: *yes* if "
         "every contrast is, *partly* if some are, else *contradicted* if any is, *within ±m* if all are, "
@@ -285,7 +378,8 @@ def render(
     and :func:`from_csv`'s common part."""
     out_dir = Path(out_dir)
     figdir = out_dir / name
-    frame, claims, table, found = compute(paths, (setup or {}).get("claims"))
+    decided = decide(paths, setup)
+    frame, claims, table, found = decided.frame, decided.claims, decided.table, decided.found
     missing = list(inputs["missing"])
     lines = [
         title(name, setup, provenance.trained_on(inputs["runs"])),
@@ -301,8 +395,9 @@ def render(
         "",
         "## Findings",
         "",
-        *findings_markdown(found, claims, table),
+        *findings_markdown(found, claims, table, decided),
         "",
+        *primary_lines(decided),
         "## The paper's claims",
         "",
         *claims_markdown(claims, table),
@@ -335,20 +430,25 @@ def render(
         )
         for task in dict.fromkeys(curves.task):
             lines += figure_lines(length.length_figure(frame, task, figdir), f"length {task}", name, figs)
-        learned = length.length_learned(frame)
+        learned = length.length_learned(frame, ratio=None)
         if len(learned):
+            top = learned.groupby("task").ratio.transform("max")
+            learned = learned[np.isclose(learned.ratio, 1.0) | np.isclose(learned.ratio, top)]
             lines += section(
                 "Did the length tasks' models learn",
-                "At the training length (×1, σ_x = 1): the model's seed-mean error against the best "
-                "label-rule baseline's; learned when lower by more than the metric's margin. An SSA − "
-                "softmax contrast where neither model learned is shown but not judged "
-                f"(*{paired.NOT_LEARNED}*): it joins no Holm family, no finding and no claim verdict.",
-                learned.round(4),
+                "At the training length (×1) and at the longest length the claims compare, σ_x = 1: the "
+                "model's seed-mean error against the best label-rule baseline's at that length; learned "
+                "(there) when lower by more than the metric's margin. An SSA − softmax contrast is judged at "
+                "the length it compares: where neither model beats the baselines at that length it is shown "
+                f"but not judged (*{paired.NOT_LEARNED}*): it joins no Holm family, no finding and no claim "
+                "verdict.",
+                learned.drop(columns=["summary"]).round(4),
             )
     lines += section(
         "Where the out-of-distribution effects are",
         "SSA − softmax per cell of the largest-σ row and the longest length (not diluted by the "
-        "grid mean), paired by seed, Holm within each task.",
+        "grid mean), paired by seed, with the raw sign-flip p: exploratory, no verdict here (the cells "
+        "the claims test are decided in the claims table, with the one Holm p of their family).",
         icl_frame.over_bases(icl_tables.ood_table, frame),
     )
     lines += section(
@@ -380,6 +480,7 @@ def render(
         lines += figure_lines(f, f.stem, name, figs)
     if groups is None or "architecture" in groups:  # sections that read one group's runs: where it exists
         lines += architecture_lines(frame, figdir, name, figs)
+    lines += factorial_lines(decided.designs)
     if groups is None or "alternatives" in groups:
         lines += alternatives_lines(frame)
     if groups is None or "wide_inputs" in groups:
@@ -398,10 +499,15 @@ def render(
     )
     lines += section(
         "Power for the effects seen",
-        "Per judged contrast of the claims table: d_z = mean/SD of the per-seed differences, the size k of "
-        "its claim's Holm family, the power of the paired test at the seeds used and the seeds needed for "
-        "80%, both at α = 0.05/k (Holm's first step: the power is a lower bound; counted up with "
-        "`stats.power_paired`, which is 0 until k · 2^(1−n) < 0.05, the exact sign-flip test's floor).",
+        "Per judged contrast of the claims table: its Holm family and that family's size k, the seeds it "
+        "used and how many of them tie (d_s = 0), d_z = mean/SD of the per-seed differences; the power at "
+        "the seeds used, from the observed differences with their ties (`stats.power_sign_flip`: the exact "
+        "sign-flip test on resamples of the non-zero d_s, 1000 per contrast; 0 where the non-zero d_s are too "
+        "few for the test ever to reach α/k, e.g. 3 ties among 8 seeds: smallest p 2^−4 = 0.0625; near 1 "
+        "where every d_s has the same sign: the power for an effect like the one seen, for planning, not a "
+        "second reading of the p) and the seeds needed for 80% at the observed d_z (`stats.power_paired`, "
+        "normal theory, counted up; 0 until k · 2^(1−n) < 0.05, the exact test's floor), both at α = 0.05/k "
+        "(Holm's first step: the power is a lower bound).",
         paired.power_table(table) if len(table) else None,
     )
     remove_stale_figures(figdir, figs)
@@ -427,8 +533,73 @@ CONTRAST_COLUMNS = [
     "low",
     "high",
     "p_holm",
+    "family",
     "verdict",
 ]
+
+
+def primary_lines(decided: Decided) -> list[str]:
+    """The *Primary endpoints* section: the declaration's status, the power-analysis table
+    (:func:`primary.plan`: seeds for 80% power at α/k, continuous and generalising), each endpoint's
+    result, and, where an endpoint is bimodal, the robust rule with its simulated error rates."""
+    if not decided.eps:
+        return []
+    k = len(decided.eps)
+    lines = [
+        "## Primary endpoints",
+        "",
+        primary.NOTE,
+        "",
+        f"Power analysis (`stats.plan_table`): for each of the k = {k} endpoints the seeds needed for ≥ 80% "
+        f"power at Holm's first level α/k = {0.05 / k:.4g}, for the continuous outcome (exact sign-flip test "
+        "at the planned d_z) and, where a threshold is declared, for the fraction of seeds that generalise "
+        "(exact McNemar at the planned discordance p10, p01).",
+        "",
+        markdown_table(primary.plan(decided.eps, k)),
+        "",
+    ]
+    if len(decided.primaries):
+        lines += [
+            "Results at the seeds run (b − a; the power at those seeds for the planned d_z, and for "
+            "differences like the observed ones with their ties, `stats.power_sign_flip`):",
+            "",
+            markdown_table(primary.results_table(decided.primaries)),
+            "",
+        ]
+    bimodal = [e for e in decided.eps.values() if "threshold" in e]
+    if bimodal and len(decided.primaries):
+        e = bimodal[0]
+        r = decided.primaries[decided.primaries.text == e["text"]]
+        margin = float(r.margin.iloc[0]) if len(r) else 0.05
+        lines += [
+            "Bimodal endpoints (a seed generalises or it does not) decide “within ±m” by the robust rule "
+            "(`stats.robust_verdict`): the equivalence call stands only if the interval that allows for "
+            f"seeds jumping by up to {float(e.get('max_jump', 1.0)):g} (`stats.robust_interval`) lies inside ±m "
+            "too. Its simulated error rates (`stats.simulate_equivalence`, 300 replications, seeded; sd = m/2, "
+            "bimodal: 10% of seeds jump): how often “within ±m” is called at a true effect of exactly m "
+            "(a false call) and at 0 (a true one).",
+            "",
+            markdown_table(
+                primary.simulated_rates(margin, float(e["threshold"]), float(e.get("max_jump", 1.0)))
+            ),
+            "",
+        ]
+    return lines
+
+
+def factorial_lines(designs: pd.DataFrame) -> list[str]:
+    """The declared 2 × 2 designs (``reports/factorial.py``): main effects and interaction per cell."""
+    if not len(designs):
+        return []
+    texts = "; ".join(f"`{d}`: {t}" for d, t in dict(zip(designs.design, designs.text)).items())
+    return section(
+        "The 2 × 2 as a factorial (paired by seed)",
+        f"{texts}. Per cell, the four arms' seed means (over the seeds with all four), the main effects "
+        "(A: the mean over B of a1 − a0; B: the mean over A of b1 − b0) and the interaction ((a1b1 − a1b0) − "
+        "(a0b1 − a0b0)), each a paired contrast over seeds (`stats.factorial_2x2`) with its one Holm p "
+        "(the design's family; the primary endpoints' family for those declared primary).",
+        factorial.markdown(designs),
+    )
 
 
 def claim_rows(table: pd.DataFrame, claims: list[str]) -> pd.DataFrame | None:

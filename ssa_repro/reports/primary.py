@@ -1,0 +1,335 @@
+"""A study's primary endpoints (issue 38): declared in its YAML (``primary:``, at most
+:data:`claims.MOST_PRIMARY`), decided in one Holm family, with the power analysis that sizes the next run.
+
+Each entry of ``primary:`` names one contrast the report already computes, either a claim's contrast
+(``claim``: the claim's key, ``contrast``: its label) or an effect of a declared 2 × 2
+(``factorial``: the design's name, ``cell``, ``of``: ``A`` or ``B``, a main effect), with
+
+- ``text``: what the endpoint is, in the report's words (a template of the report's values);
+- ``effect``: the planned d_z = E[d]/sd(d) in the claimed direction (> 0), the effect the next run is
+  sized for;
+- (a child study removes its parent's endpoint by naming it with the value null;)
+- optional ``threshold``: a seed *generalises* where its error is below it, which makes the endpoint
+  bimodal: the fraction of seeds that generalise is compared by exact McNemar on the discordant seeds
+  (:func:`stats.mcnemar_exact`) beside the sign-flip test, planned with ``discordance`` [p10, p01]
+  (P(a generalises, b not), P(b generalises, a not)), and its "within ±m" calls are
+  :func:`stats.robust_verdict`'s (with ``max_jump``, the largest jump a seed's error can make: 1 for an
+  error rate), which hold under bimodal seed outcomes.
+
+With k declared endpoints, each is tested at Holm's level over the k (family ``primary``): its one
+Holm p replaces the one it had in its claim's or design's family (which it leaves). The power at the
+seeds run is given twice: for the planned d_z (:func:`stats.power_for_endpoint`, normal theory) and
+for the observed differences, ties included (:func:`paired.observed_power`); the seeds needed for 80%
+power at α/k are :func:`stats.plan_table`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from ssa_repro import stats
+from ssa_repro.reports import claims as claims_engine
+from ssa_repro.reports import paired
+
+FAMILY = "primary"
+KEYS = (
+    "text",
+    "claim",
+    "contrast",
+    "factorial",
+    "cell",
+    "of",
+    "effect",
+    "threshold",
+    "discordance",
+    "max_jump",
+)
+ALPHA = 0.05
+SIM_SEEDS = (6, 8, 10)  # the simulated error-rate table of the robust rule: the study's seed counts
+NOTE = (
+    "The studies were run before these endpoints were declared (issue 38): they are declared now, for the "
+    "next runs, and answered here with the seeds already run, at the power printed. Everything else in "
+    "this report is exploratory, each contrast corrected within its own stated family."
+)
+
+
+def problems(entries, file: str, claim_keys=None, designs=()) -> list[str]:
+    """Every problem of a study's ``primary:`` section, one line each naming the file, the endpoint, the
+    key, the value and what is allowed."""
+    if entries is None:
+        return []
+    if not isinstance(entries, Mapping):
+        return [
+            f"{file}: primary={entries!r} is not a mapping; allowed: {{endpoint name: {{{', '.join(KEYS)}}}}}"
+        ]
+    out = []
+    n = sum(e is not None for e in entries.values())
+    if n > claims_engine.MOST_PRIMARY:
+        out.append(f"{file}: primary declares {n} endpoints; allowed: at most {claims_engine.MOST_PRIMARY}")
+    for name, e in entries.items():
+        at = f"{file}: primary.{name}"
+        if e is None:  # a child study's null removes its parent's endpoint
+            continue
+        if not isinstance(e, Mapping):
+            out.append(f"{at}={e!r} is not a mapping; allowed keys: {', '.join(KEYS)}")
+            continue
+        out += [
+            f"{at}.{k}={e[k]!r} is not a key of an endpoint; allowed: {', '.join(KEYS)}"
+            for k in e
+            if k not in KEYS
+        ]
+        by_claim, by_design = "claim" in e, "factorial" in e
+        if by_claim == by_design:
+            out.append(
+                f"{at}: names {'both' if by_claim else 'neither'} of claim and factorial; allowed: one"
+            )
+        if by_claim and "contrast" not in e:
+            out.append(f"{at}.contrast is missing; an endpoint on a claim names its contrast (label)")
+        if by_design:
+            out += [
+                f"{at}.{k} is missing; an endpoint on a 2 × 2 needs factorial, cell, of"
+                for k in ("cell", "of")
+                if k not in e
+            ]
+            if e.get("of") not in (None, "A", "B"):
+                out.append(f"{at}.of={e['of']!r} is not allowed; allowed: A or B (a main effect)")
+            if designs and e["factorial"] not in designs:
+                out.append(
+                    f"{at}.factorial={e['factorial']!r} names no design; allowed: {', '.join(designs)}"
+                )
+        if "text" not in e:
+            out.append(f"{at}.text is missing; an endpoint says what it is")
+        d = e.get("effect")
+        if not isinstance(d, (int, float)) or isinstance(d, bool) or not d > 0:
+            out.append(f"{at}.effect={d!r} is not allowed; allowed: the planned d_z, a number > 0")
+        if "discordance" in e:
+            v = e["discordance"]
+            if "threshold" not in e:
+                out.append(f"{at}.discordance needs threshold (the error below which a seed generalises)")
+            if not (
+                isinstance(v, (list, tuple))
+                and len(v) == 2
+                and all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in v)
+            ):
+                out.append(f"{at}.discordance={v!r} is not allowed; allowed: [p10, p01], probabilities")
+        if claim_keys is not None and by_claim and e["claim"] not in claim_keys:
+            out.append(f"{at}.claim={e['claim']!r} names no claim; allowed: {', '.join(sorted(claim_keys))}")
+    return out
+
+
+def effect_key(e: Mapping) -> tuple:
+    """Where an endpoint's row is: ("claim", key, contrast) or ("factorial", design, cell, effect)."""
+    if "claim" in e:
+        return ("claim", e["claim"], e["contrast"])
+    return ("factorial", e["factorial"], e["cell"], e["of"])
+
+
+def declared(entries: Mapping | None, ctx: claims_engine.Context) -> dict[str, dict]:
+    """The study's endpoints with their templates filled from the report's values."""
+    return {name: claims_engine.fill(dict(e), ctx) for name, e in (entries or {}).items() if e is not None}
+
+
+def claim_families(eps: Mapping[str, Mapping]) -> dict[tuple[str, str], str]:
+    """{(claim, contrast): "primary"} for the endpoints on claims (``paired.claims_table``'s families)."""
+    return {(e["claim"], e["contrast"]): FAMILY for e in eps.values() if "claim" in e}
+
+
+def design_cells(eps: Mapping[str, Mapping]) -> list[tuple[str, str, str]]:
+    """The (design, cell, effect) declared primary (``factorial.table``'s ``primary``)."""
+    return [(e["factorial"], e["cell"], e["of"]) for e in eps.values() if "factorial" in e]
+
+
+def _contrast(r) -> stats.Contrast:
+    return stats.Contrast(
+        r["estimate"],
+        r["low"],
+        r["high"],
+        r["p_value"],
+        int(r["n_seeds"]),
+        tuple(r["per_seed"]),
+        r["scale"],
+        0.95,
+    )
+
+
+def decide(
+    eps: Mapping[str, Mapping], table: pd.DataFrame, designs: pd.DataFrame, frame: pd.DataFrame, claims
+) -> pd.DataFrame:
+    """One row per declared endpoint found in the claims table or the designs' table, Holm over the
+    family ``primary`` (k = the declared count); the claims table's and the designs' rows of these
+    endpoints get the same p_Holm, family and verdict (in place: one Holm p per contrast)."""
+    k = len(eps)
+    found = []
+    for name, e in eps.items():
+        key = effect_key(e)
+        if key[0] == "claim":
+            hit = table[(table.claim == key[1]) & (table.contrast == key[2])] if len(table) else table
+        else:
+            hit = (
+                designs[(designs.design == key[1]) & (designs.cell == key[2]) & (designs.effect == key[3])]
+                if len(designs)
+                else designs
+            )
+        hit = hit[hit.verdict != paired.NOT_LEARNED] if len(hit) else hit  # two guesses: no endpoint
+        if len(hit):
+            found.append((name, e, key[0], hit.index[0], hit.iloc[0]))
+    if not found:
+        return pd.DataFrame()
+    p_holm = stats.holm(np.array([r["p_value"] for *_, r in found]))
+    rows = []
+    for (name, e, where, idx, r), ph in zip(found, p_holm):
+        c = _contrast(r)
+        sign = int(r["claimed_sign"])
+        binary = binary_outcome(e, r, frame, claims) if where == "claim" else None
+        if binary is not None:
+            v = stats.robust_verdict(
+                c,
+                margin=r["margin"],
+                claimed_sign=sign,
+                threshold=float(e["threshold"]),
+                max_jump=float(e.get("max_jump", 1.0)),
+                p_adjusted=ph,
+                inside_margin=True,
+            )
+        else:
+            v = stats.verdict(c, margin=r["margin"], claimed_sign=sign, p_adjusted=ph, inside_margin=True)
+        target = table if where == "claim" else designs
+        target.loc[idx, ["p_holm", "family", "family_k", "verdict"]] = [ph, FAMILY, k, v]
+        d = np.asarray(r["per_seed"], dtype=float)
+        n = int(r["n_seeds"])
+        rows.append(
+            {
+                "endpoint": name,
+                "text": e["text"],
+                "estimate": r["estimate"],
+                "low": r["low"],
+                "high": r["high"],
+                "scale": r["scale"],
+                "margin": r["margin"],
+                "n_seeds": n,
+                "ties": int(np.sum(d == 0)),
+                "p_value": r["p_value"],
+                "p_holm": ph,
+                "k": k,
+                "planned d_z": float(e["effect"]),
+                "power (planned d_z)": stats.power_for_endpoint(float(e["effect"]), n, k=k, alpha=ALPHA),
+                "power (observed d_s, ties)": paired.observed_power(d, ALPHA / k),
+                "verdict": v,
+                "binary": binary,
+                "claimed_side": bool(np.sign(r["estimate"]) == sign) if r["estimate"] else None,
+                "about_ssa": about_ssa(e, r, claims),
+                "seeds_worse": int(np.sum(d * sign < 0)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def about_ssa(e: Mapping, r, claims) -> bool:
+    """Whether the endpoint compares SSA with softmax (a claim "SSA − …", or a design's factor B, the
+    scorer), so that its side is said as for or against SSA."""
+    if "claim" in e:
+        return any(c.key == e["claim"] and c.contrast_text.startswith("SSA") for c in claims)
+    return e.get("of") == "B"
+
+
+def binary_outcome(e: Mapping, r, frame: pd.DataFrame, claims) -> dict | None:
+    """For an endpoint with a ``threshold``: per arm the seeds that generalise (value below it), of the
+    seeds the contrast pairs, and the exact McNemar test on the discordant ones."""
+    if "threshold" not in e:
+        return None
+    claim = next((c for c in claims if c.key == e["claim"]), None)
+    if claim is None:
+        return None
+    p = paired.pairs(frame, [claim])
+    p = p[p.contrast == e["contrast"]]
+    wide = p.pivot_table(index="seed", columns="arm", values="value", aggfunc="first").dropna()
+    if not {"a", "b"} <= set(wide.columns) or not len(wide):
+        return None
+    t = float(e["threshold"])
+    ga, gb = stats.generalises(wide["a"], t), stats.generalises(wide["b"], t)
+    m = stats.mcnemar_exact(ga, gb)
+    return {"threshold": t, "a": int(ga.sum()), "b": int(gb.sum()), "n": len(wide), "mcnemar": m}
+
+
+def plan(eps: Mapping[str, Mapping], k: int) -> pd.DataFrame:
+    """:func:`stats.plan_table` of the endpoints (continuous, and the binary one of each that declares a
+    ``discordance``), at α/k: the seeds each needs for 80% power."""
+    rows = []
+    for name, e in eps.items():
+        rows.append({"name": name, "kind": "continuous", "effect": float(e["effect"])})
+        if "discordance" in e:
+            rows.append(
+                {
+                    "name": f"{name} (generalises)",
+                    "kind": "binary",
+                    "effect": tuple(float(x) for x in e["discordance"]),
+                    "threshold": float(e["threshold"]),
+                }
+            )
+    t = stats.plan_table(rows, k=k, alpha=ALPHA)
+    return t.drop(columns=["margin"]).assign(level=lambda x: x.level.round(4))
+
+
+def simulated_rates(margin: float, threshold: float, max_jump: float) -> pd.DataFrame:
+    """The equivalence rules' simulated error rates (:func:`stats.simulate_equivalence`, seeded) at a
+    true effect of exactly ±m (a "within ±m" call there is false) and at 0, with normal and bimodal
+    seed outcomes (10% of seeds jump by ``max_jump``): the plain rule's and the robust rule's."""
+    rows = []
+    for n in SIM_SEEDS:
+        for model in ("normal", "bimodal"):
+            for effect in (margin, 0.0):
+                r = stats.simulate_equivalence(
+                    n,
+                    effect,
+                    margin,
+                    model=model,
+                    sd=margin / 2,
+                    jump=max_jump,
+                    threshold=threshold,
+                    max_jump=max_jump,
+                    n_sim=300,
+                    n_boot=500,
+                    seed=0,
+                )
+                rows.append(
+                    {
+                        "seeds": n,
+                        "outcomes": model,
+                        "true effect": f"{effect:g}",
+                        "“within ±m” (plain rule)": round(r["within"], 3),
+                        "“within ±m” (robust rule)": round(r["within_robust"], 3),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def results_table(decided: pd.DataFrame) -> pd.DataFrame:
+    """The report's table: per endpoint the estimate with its interval, seeds (ties), p raw and p_Holm
+    in the primary family, the power at the seeds run (planned d_z; observed d_s), the verdict, and for
+    a bimodal endpoint the seeds that generalise per arm with McNemar's p."""
+    rows = []
+    for _, r in decided.iterrows():
+        sc = r["scale"]
+        b = r["binary"]
+        rows.append(
+            {
+                "endpoint": r["text"],
+                "estimate [95%]": f"{paired.fmt(r['estimate'], sc)} [{paired.fmt(r['low'], sc)}, {paired.fmt(r['high'], sc)}]",
+                "margin": paired.fmt(r["margin"], sc) if sc == "log" else f"±{r['margin']:.3g}",
+                "seeds (ties)": f"{int(r['n_seeds'])} ({int(r['ties'])})",
+                "p raw": f"{r['p_value']:.2g}",
+                f"p_Holm (primary, k = {int(r['k'])})": f"{r['p_holm']:.2g}",
+                "power at seeds run: planned d_z": f"{r['power (planned d_z)']:.2f} (d_z {r['planned d_z']:g})",
+                "power at seeds run: observed d_s, ties": f"{r['power (observed d_s, ties)']:.2f}",
+                "generalises (a, b; McNemar p)": (
+                    f"{b['a']}/{b['n']}, {b['b']}/{b['n']} below {b['threshold']:g}; p {b['mcnemar'].p_value:.2g}"
+                    if b
+                    else "—"
+                ),
+                "verdict": r["verdict"],
+            }
+        )
+    return pd.DataFrame(rows)
