@@ -1,7 +1,7 @@
 """Seeds: one value per run and cell in, one row per group and cell out, with a seed-level interval.
 
 For each group (a setting of a sweep, or one run) and cell: the mean over its seeds, a 95% interval
-over seeds (``evaluation.intervals.seed_interval``: Student t on the seed values; on the log scale for
+over seeds (``stats.intervals.seed_interval``: Student t on the seed values; on the log scale for
 ``positive`` metrics such as MSE, whose group value is then the geometric mean; clipped to [0, 1] for
 rates), the seeds' standard deviation and their number. With one seed the interval is NaN (a single
 seed says nothing about seed-to-seed spread); the within-run interval over prompts is in the run's
