@@ -42,9 +42,11 @@ def counting(monkeypatch, owner, name: str) -> list:
     return calls
 
 
-def test_evaluate_reads_the_config_and_builds_task_and_evaluator_once(linear_run, monkeypatch):
+def test_evaluate_reads_the_config_and_builds_task_and_evaluator_once(linear_run, monkeypatch, tmp_path):
+    run = tmp_path / "run"  # a copy without stored cells, whatever the other tests stored (any order)
+    shutil.copytree(linear_run, run, ignore=shutil.ignore_patterns("eval"))
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("evaluate", overrides=[f"run_dir={linear_run}", *SETTINGS])
+        cfg = compose("evaluate", overrides=[f"run_dir={run}", *SETTINGS])
     reads = counting(monkeypatch, RunDir, "config")
     raw_reads = counting(monkeypatch, RunDir, "raw_config")
     # build_task is looked up where it is used (runner, loading): count it in the registry's class instead
@@ -58,12 +60,14 @@ def test_evaluate_reads_the_config_and_builds_task_and_evaluator_once(linear_run
     assert summary["cells_computed"] == 4 and summary["evaluation"] == "grid"
 
 
-def test_the_command_reads_the_config_once_with_its_pre_check(linear_run, monkeypatch):
+def test_the_command_reads_the_config_once_with_its_pre_check(linear_run, monkeypatch, tmp_path):
     """The whole command (Hydra's CheckRunFirst callback checks before the job starts, then the job):
     the run's config is still read once and the evaluator built once; the job takes the callback's."""
+    run = tmp_path / "run"  # a copy: the module's run stays without stored cells for the other tests
+    shutil.copytree(linear_run, run, ignore=shutil.ignore_patterns("eval"))
     reads = counting(monkeypatch, RunDir, "config")
     built_evaluators = counting(monkeypatch, EVALUATORS.get("grid"), "__init__")
-    out = run_script("evaluate.py", f"run_dir={linear_run}", *SETTINGS)
+    out = run_script("evaluate.py", f"run_dir={run}", *SETTINGS)
     assert out.returncode == 0, out.stderr[-2000:]
     assert (len(reads), len(built_evaluators)) == (1, 1)
     assert evaluate_app._CHECKED == {}  # taken by the job, nothing left for another

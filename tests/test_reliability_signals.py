@@ -19,6 +19,20 @@ from ssa_repro.training.distributed import Interrupted, PreemptionGuard, exit_qu
 from tests.conftest import ROOT, TINY, run_script
 
 
+@pytest.fixture(autouse=True)
+def _signals_as_a_terminal_gives_them():
+    """Each test starts as a process started from a terminal does: SIGINT and SIGTERM delivered
+    (unblocked) and SIGINT raising KeyboardInterrupt, whatever an earlier test in the same xdist worker
+    left (one run in random order found SIGINT ignored or blocked there: the guard never saw it, and a
+    child started with Popen inherited it and ran to the end). Restored afterwards."""
+    signals = {signal.SIGINT, signal.SIGTERM}
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 def _wait_for(cond, timeout: float = 5.0) -> None:
     deadline = time.time() + timeout
     while not cond() and time.time() < deadline:

@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from ssa_repro.cli import commands
-from ssa_repro.cli.sweeps import MAX_DIR, job_dir
+from ssa_repro.cli.sweeps import MAX_DIR, SWEEP_KEYS_ENV, job_dir
 from ssa_repro.evaluation.store import stored
 from ssa_repro.reports import compare
 from ssa_repro.training.validate import check
@@ -98,7 +98,8 @@ def _check_two_jobs(sweep: Path, proc) -> dict[str, Path]:
 # ------------------------------------------------------------------------------------------- names
 
 
-def test_job_folder_names():
+def test_job_folder_names(monkeypatch):
+    monkeypatch.delenv(SWEEP_KEYS_ENV, raising=False)  # no sweep: no key varies (an in-process sweep sets it)
     ov = ["scorer=ssa", "+sweep/size=1L1AH", "logger.mode=offline", "data.root=/a/b c"]
     ex = ["seed", "logger.mode"]
     assert job_dir(ov, ex, 3) == "data.root=_a_b_c,scorer=ssa,size=1L1AH,seed=3"

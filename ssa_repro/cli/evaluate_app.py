@@ -122,6 +122,7 @@ class CheckRunFirst(Callback):
         checked = check(config)
         if checked.problems:
             raise _fail(checked.problems, config.run_dir)
+        _CHECKED.clear()  # one run at a time: what a failed job left is not kept
         _CHECKED[_key(config)] = checked  # main goes on with it
         try:
             with atomic.storage_advice(STORAGE_ADVICE.format(run_dir=config.run_dir)):
@@ -130,6 +131,7 @@ class CheckRunFirst(Callback):
             raise SystemExit(f"Error: cannot evaluate {config.run_dir}: {e}") from None
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        _CHECKED.pop(_key(config), None)  # main took it, or the job failed before
         lock = getattr(self, "lock", None)
         if lock is not None:
             lock.release()
