@@ -141,11 +141,20 @@ def seeds_needed(effect_sd: float, power: float = 0.8, alpha: float = 0.05) -> i
     """The fewest paired seeds with :func:`power_paired` ≥ ``power`` for d_z = ``effect_sd``."""
     if not effect_sd:
         raise ValueError("effect_sd=0: no number of seeds detects a zero effect")
-    # counted up from 2: statsmodels' solver does not converge for very large d_z (returns NaN or fails)
-    n = 2
-    while power_paired(effect_sd, n, alpha) < power:  # the exact test's floor, and rounding
-        n += 1
-    return n
+
+    # searched over n, not solved: statsmodels' solver does not converge for very large d_z (returns NaN
+    # or fails). The power rises with n (the t test's, and the exact test's floor 2^(1-n) < alpha), so
+    # doubling then halving finds the first n that reaches it (a count from 2 took one call per seed)
+    def reaches(n: int) -> bool:  # "not below": statsmodels' NaN for very large d_z counts as reached
+        return not power_paired(effect_sd, n, alpha) < power
+
+    lo, hi = 1, 2  # reaches(lo) is False (n = 1 has no test), reaches(hi) is searched for
+    while not reaches(hi):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+    return hi
 
 
 # ------------------------------------------------------------------------------------------------
