@@ -84,6 +84,9 @@ examples:
   ssa-study icl_cpu --report-only --publish         the committed report, docs/results/icl_cpu.md
   ssa-study icl_cpu --report-only --from-csv docs/results/icl_cpu --publish
                                     the committed report regenerated from its per-seed CSVs alone
+  ssa-study icl_cpu --continue-from docs/results/icl_cpu --publish
+                                    a later session adds seeds: the published jobs are not trained
+                                    again, and the report joins their rows with the new runs'
 
 The matrix is conf/study/<name>.yaml (or a path to a study file), checked against its schema
 (ssa_repro/cli/study_schema.py) before anything runs. Runs go to outputs/study/<name>/ (--root); the
@@ -118,6 +121,14 @@ def study() -> argparse.ArgumentParser:
         metavar="DIR",
         help="with --report-only: the report from the per-seed CSVs and report_inputs.json in DIR (e.g. "
         "docs/results/<name>) instead of the run folders",
+    )
+    p.add_argument(
+        "--continue-from",
+        default=None,
+        metavar="DIR",
+        help="continue a published study (its run folders gone, e.g. in a later session): the jobs whose "
+        "rows DIR's per-seed CSVs hold (e.g. docs/results/<name>) are not trained again, and the report "
+        "joins those rows with the new runs'",
     )
     p.add_argument(
         "--ensembles",

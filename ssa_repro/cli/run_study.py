@@ -61,7 +61,20 @@ def run(a: argparse.Namespace) -> int:
             f"Error: --from-csv {a.from_csv} is not a folder; allowed: a report's folder of per-seed CSVs "
             "and report_inputs.json (e.g. docs/results/<name>)"
         )
+    if a.continue_from is not None:
+        icl_report.load_inputs(
+            Path(a.continue_from), "--continue-from"
+        )  # a published report's folder, or stop
+    if a.from_csv is not None and a.continue_from is not None:
+        raise SystemExit(
+            "Error: --from-csv and --continue-from exclude each other (--from-csv trains nothing)"
+        )
     cfg = study.load(a.name)
+    if a.continue_from is not None and report_of(cfg) != "icl":
+        raise SystemExit(
+            f"Error: --continue-from: study {cfg.name}'s report ({report_of(cfg)}) cannot be continued yet; "
+            "allowed: the studies with the ICL report (icl_cpu, icl_scale, length_cpu, quick)"
+        )
     write = REPORTS[report_of(cfg)]
     root = Path(a.root or study.default_root(cfg.name))
     if not a.report_only:
@@ -74,6 +87,7 @@ def run(a: argparse.Namespace) -> int:
                 tuple(a.groups) if a.groups else None,
                 tuple(a.tasks) if a.tasks else None,
                 ensembles=a.ensembles,
+                skip=icl_report.prior_jobs(Path(a.continue_from)) if a.continue_from else frozenset(),
             )
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the workers are stopped (study.run)
             print(
@@ -92,7 +106,12 @@ def run(a: argparse.Namespace) -> int:
                 path = icl_report.from_csv(render, Path(a.from_csv), out, cfg.name, command, setup)
             else:
                 study.report_index(root, cfg)  # a cut index is rebuilt from the jobs' rows, or refused
-                path = write(root, out, cfg.name, command, OmegaConf.to_container(cfg))
+                setup = OmegaConf.to_container(cfg)
+                if a.continue_from is not None:
+                    prior = Path(a.continue_from)
+                    path = icl_report.write(root, out, cfg.name, command, setup, prior=prior)
+                else:
+                    path = write(root, out, cfg.name, command, setup)
     except OSError as e:  # a read-only or full folder: the storage error's words (core/atomic.py)
         raise SystemExit(f"Error: study {cfg.name}: the report could not be written: {e}") from None
     print(f"report: {path}")

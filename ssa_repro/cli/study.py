@@ -23,7 +23,6 @@ stored per step, so ``steps`` gives learning curves.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import signal
 import sys
@@ -43,6 +42,7 @@ from ssa_repro.cli.devices import job_device
 from ssa_repro.cli.train_app import problems as train_problems
 from ssa_repro.cli.train_app import run_job
 from ssa_repro.config import CONF_DIR
+from ssa_repro.core import matrix
 from ssa_repro.core.atomic import storage_advice, write_text
 from ssa_repro.core.rundir import resolve_device
 from ssa_repro.core.runlock import RunLock, RunLocked
@@ -133,12 +133,11 @@ def jobs(study: DictConfig, extra: tuple[str, ...] = ()) -> list[Job]:
 
     Seed-major within a group (every task × scorer × arch of seed 0, then of seed 1, …): a study
     stopped part-way has whole paired sets for its first seeds, so its report can already compare
-    every arm seed by seed, over fewer seeds, instead of some arms with all seeds and others none."""
+    every arm seed by seed, over fewer seeds, instead of some arms with all seeds and others none. A
+    group's cells, its ``more`` sub-matrices at more seeds included: core/matrix.py."""
     out = []
     for group, g in study.groups.items():
-        for seed, task, scorer, arch, sigma in itertools.product(
-            g.get("seeds", study.seeds), g.tasks, g.scorers, g.archs, g.train_sigma
-        ):
+        for seed, task, scorer, arch, sigma in matrix.group_cells(g, study.seeds):
             task_ov = list(study.tasks[task])
             sigma_ov = [f"task.x_dist.std={float(sigma)}"] if float(sigma) != 1.0 else []
             overrides = (
@@ -523,6 +522,7 @@ def run(
     tasks: tuple[str, ...] | None = None,
     conf_dir: Path = CONF_DIR,
     ensembles: str = "auto",
+    skip: frozenset | set = frozenset(),
 ) -> Path:
     """Run (or resume) every job of study ``name``; returns the study folder (with ``index.csv``). The
     study file and every job's config are checked first: a problem stops the study before anything is
@@ -531,7 +531,8 @@ def run(
     ``failures.txt``, and exits non-zero naming each failed job (rerun to retry them). ``groups``: only
     those groups' jobs, ``tasks`` only those tasks' (the index holds every finished job's rows).
     ``ensembles``: train the jobs that differ only in the seed as seed ensembles first
-    (:func:`train_ensembles`): ``auto`` (on CUDA), ``on``, ``off``."""
+    (:func:`train_ensembles`): ``auto`` (on CUDA), ``on``, ``off``. ``skip``: jobs as (group, task,
+    scorer, arch, train_sigma, seed) not to train (a published report holds them: ``--continue-from``)."""
     if ensembles not in ENSEMBLE_MODES:
         raise SystemExit(
             f"Error: --ensembles {ensembles!r} is not allowed; allowed: {', '.join(ENSEMBLE_MODES)}"
@@ -540,6 +541,14 @@ def run(
     root = Path(root or default_root(study.name))
     every = jobs(study, tuple(extra))
     todo = select_groups(every, groups, study, tasks)
+    if skip:  # --continue-from: the jobs a published report already holds are not trained again
+        n = len(todo)
+        todo = [j for j in todo if (j.group, j.task, j.scorer, j.arch, j.train_sigma, j.seed) not in skip]
+        log.info(
+            "study %s: %d jobs published already (--continue-from): not trained again",
+            study.name,
+            n - len(todo),
+        )
     found = problems(study, todo)
     if found:
         raise SystemExit(f"Error: study {study.name}: invalid job configs:\n  - " + "\n  - ".join(found))

@@ -9,9 +9,12 @@ A study file, after merging over the study it names in ``defaults``, has these k
 ``base``        a list of ``key=value`` overrides every job gets
 ``tasks``       ``{task name: [override, ...]}``: the task variants groups refer to
 ``archs``       ``{arch name: [override, ...]}``: the architectures groups refer to
-``groups``      ``{group: {tasks, scorers, archs, train_sigma[, seeds]}}``: each axis a non-empty list of
-                distinct values; ``tasks`` and ``archs`` name keys above, ``scorers`` name
-                ``conf/scorer/*.yaml``, ``train_sigma`` are numbers > 0
+``groups``      ``{group: {tasks, scorers, archs, train_sigma[, seeds][, more]}}``: each axis a non-empty
+                list of distinct values; ``tasks`` and ``archs`` name keys above, ``scorers`` name
+                ``conf/scorer/*.yaml``, ``train_sigma`` are numbers > 0; ``more``: sub-matrices run at
+                more seeds, each ``{seeds[, tasks][, scorers][, archs][, train_sigma]}`` with subsets of
+                the group's axes (core/matrix.py: a primary endpoint's cells at the seeds its power
+                analysis asks for)
 ``evaluations`` ``{key: {name: <evaluator>, ...}}``: the evaluator's own keys (its schema) and the
                 study's (``tasks``: registered tasks, ``groups``: the study's groups, ``steps``: ints > 0)
 ``claims``      optional: ``{name: claim or block}``, the claims its report tests (reports/claims.py: the
@@ -45,7 +48,7 @@ CLAIM_VOCABULARY = {"icl": (icl.CLAIM_NAMES, icl.JUDGES), "early": (early.CLAIM_
 """Per report (a study's ``report`` key; ``icl`` without one): the values and judges its claims may name."""
 REQUIRED = ("name", "seeds", "base", "tasks", "archs", "groups", "evaluations")
 GROUP_AXES = ("tasks", "scorers", "archs", "train_sigma")  # each group's required keys
-GROUP_KEYS = (*GROUP_AXES, "seeds")
+GROUP_KEYS = (*GROUP_AXES, "seeds", "more")
 STUDY_EVAL_KEYS = ("tasks", "groups", "steps")  # an evaluation's keys that the study reads (cli/study.py)
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # folder names: runs/<group>/<task>-<scorer>-…
 
@@ -203,6 +206,34 @@ def _group(c: _Check, key: str, g, study: DictConfig, scorers: list[str], seeds_
     for k, (ok, allowed) in known.items():
         if k in g and g[k] is not None:
             c.distinct(f"{key}.{k}", g[k], ok, allowed)
+    more = g.get("more")
+    if more is None:
+        return
+    if not isinstance(more, ListConfig):
+        c.bad(
+            f"{key}.more", more, "is not a list; allowed: [{seeds, tasks, scorers, archs, train_sigma}, ...]"
+        )
+        return
+    for i, entry in enumerate(more):
+        at = f"{key}.more[{i}]"
+        if not isinstance(entry, DictConfig):
+            c.bad(at, entry, "is not a mapping; allowed: {seeds[, tasks][, scorers][, archs][, train_sigma]}")
+            continue
+        for k in entry:
+            if k not in ("seeds", *GROUP_AXES):
+                c.bad(
+                    f"{at}.{k}",
+                    entry[k],
+                    f"is not a key of a sub-matrix; allowed: seeds, {', '.join(GROUP_AXES)}",
+                )
+        if entry.get("seeds") is None:
+            c.missing(f"{at}.seeds", "a sub-matrix needs its seeds (a non-empty list)")
+        else:
+            c.distinct(f"{at}.seeds", entry.seeds, known["seeds"][0], seeds_allowed)
+        for k in GROUP_AXES:
+            if entry.get(k) is not None:
+                axis = list(g.get(k) or [])
+                c.distinct(f"{at}.{k}", entry[k], lambda v, axis=axis: v in axis, f"the group's {k}: {axis}")
 
 
 def _evaluation(c: _Check, key: str, settings, study: DictConfig) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ssa_repro import stats
+from ssa_repro.core import matrix
 from ssa_repro.core.atomic import write_bytes, write_text
 from ssa_repro.evaluation.store import stored
 
@@ -507,8 +508,7 @@ def missing_jobs(index: pd.DataFrame | None, setup: Mapping | None, evaluated: C
     lines = []
     have = index if index is not None else pd.DataFrame(columns=["group", "task", "job", "evaluation"])
     for group, g in setup.get("groups", {}).items():
-        seeds = g.get("seeds", setup.get("seeds", []))
-        expected = len(g["tasks"]) * len(g["scorers"]) * len(g["archs"]) * len(g["train_sigma"]) * len(seeds)
+        expected = len(matrix.group_cells(g, setup.get("seeds", [])))  # with its `more` sub-matrices
         rows = have[have.group == group]
         got = rows.job.nunique() if len(rows) else 0
         if got < expected:

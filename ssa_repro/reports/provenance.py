@@ -99,6 +99,32 @@ def summarise(starts: pd.DataFrame) -> dict:
     }
 
 
+def merge_summaries(a: dict, b: dict) -> dict:
+    """Two :func:`summarise` records as one (a study continued from a published report's CSVs: the
+    earlier runs' record and the new runs'): counts added, commit and path lists joined. A run counted in
+    both is counted twice, which a continuation does not do (it trains only the jobs the CSVs lack)."""
+    if not a.get("runs"):
+        return dict(b)
+    if not b.get("runs"):
+        return dict(a)
+
+    def added(key: str) -> dict:
+        out = dict(a.get(key, {}))
+        for k, n in b.get(key, {}).items():
+            out[k] = out.get(k, 0) + n
+        return dict(sorted(out.items()))
+
+    return {
+        "runs": a["runs"] + b["runs"],
+        "starts_by_commit": added("starts_by_commit"),
+        "dirty_runs": a.get("dirty_runs", 0) + b.get("dirty_runs", 0),
+        "dirty_commits": sorted({*a.get("dirty_commits", []), *b.get("dirty_commits", [])}),
+        "dirty_paths": sorted({*a.get("dirty_paths", []), *b.get("dirty_paths", [])}),
+        "runs_without_record": a.get("runs_without_record", 0) + b.get("runs_without_record", 0),
+        "starts_by_device": added("starts_by_device"),
+    }
+
+
 def trained_on(starts: pd.DataFrame | dict) -> str:
     """Where the runs trained, for a report's title: "a CPU" (or nothing recorded), "one NVIDIA H200"
     (every start on that GPU), else "CPUs and GPUs". ``starts``: :func:`run_commits` or its

@@ -321,9 +321,10 @@ def save_inputs(figdir: Path, inputs: dict) -> dict:
     return json.loads(text)
 
 
-def load_inputs(src: Path) -> tuple[dict[str, Path], dict]:
+def load_inputs(src: Path, flag: str = "--from-csv") -> tuple[dict[str, Path], dict]:
     """(per-seed CSV paths by part, the :data:`INPUTS` record) of a report's folder ``src``; a missing
-    or unreadable file, or a CSV it names that is not there, stops with the path."""
+    or unreadable file, or a CSV it names that is not there, stops with the path (and the command-line
+    ``flag`` that named the folder)."""
     src = Path(src)
     path = src / INPUTS
     try:
@@ -331,13 +332,13 @@ def load_inputs(src: Path) -> tuple[dict[str, Path], dict]:
         paths = {part: src / f for part, f in inputs["per_seed"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise SystemExit(
-            f"Error: --from-csv {src}: {path} is missing or not a report-inputs record ({e}); it is written "
+            f"Error: {flag} {src}: {path} is missing or not a report-inputs record ({e}); it is written "
             "beside the per-seed CSVs by the report generated from the run folders"
         ) from None
     absent = [str(p) for p in paths.values() if not p.is_file()]
     if absent:
         raise SystemExit(
-            f"Error: --from-csv {src}: {INPUTS} names per-seed CSVs that are not there: {', '.join(absent)}"
+            f"Error: {flag} {src}: {INPUTS} names per-seed CSVs that are not there: {', '.join(absent)}"
         )
     return paths, inputs
 
@@ -356,19 +357,112 @@ def from_csv(render, src: Path, out_dir: Path, name: str, command: str, setup: d
     return render(paths, inputs, out_dir, name, command, setup)
 
 
-def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None = None) -> Path:
+def write(
+    root: Path, out_dir: Path, name: str, command: str, setup: dict | None = None, prior: Path | None = None
+) -> Path:
     """``<out_dir>/<name>.md``, its figures and per-seed CSVs (and :data:`INPUTS`) in
-    ``<out_dir>/<name>/``; returns the markdown's path. ``setup``: the study's config
-    (conf/study/<name>.yaml as a dict), stated in the report and used to name what is missing. Missing
-    data (no index yet, groups or evaluations not stored) are reported, not raised."""
+    ``<out_dir>/<name>/``; returns the markdown's path. ``prior``: a published report's folder whose
+    per-seed rows join the run folders' (:func:`with_prior`: a study continued in a later session).
+    ``setup``: the study's config (conf/study/<name>.yaml as a dict), stated in the report and used to
+    name what is missing. Missing data (no index yet, groups or evaluations not stored) are reported, not
+    raised."""
     root, out_dir = Path(root), Path(out_dir)
     figdir = out_dir / name
     figdir.mkdir(parents=True, exist_ok=True)
     index = read_index(root)
-    paths = paired.export(icl_cells.per_seed(index) if index is not None else {}, figdir)
-    missing = paired.missing_jobs(index, setup, icl_cells.evaluations_for(setup))
-    inputs = save_inputs(figdir, run_inputs(root, index, missing, paths))
+    parts = icl_cells.per_seed(index) if index is not None else {}
+    parts, prior_inputs = with_prior(parts, prior)
+    paths = paired.export(parts, figdir)
+    evaluated = icl_cells.evaluations_for(setup)
+    missing = paired.missing_jobs(trained_index(index, parts, evaluated), setup, evaluated)
+    inputs = run_inputs(root, index, missing, paths)
+    if prior_inputs is not None:
+        inputs = continued_inputs(prior_inputs, inputs, prior)
+    inputs = save_inputs(figdir, inputs)
     return render(paths, inputs, out_dir, name, command, setup)
+
+
+def job_keys(frame: pd.DataFrame) -> list[tuple]:
+    """One (group, task, scorer, arch, train_sigma, seed) per row of a per-seed frame (or an index):
+    typed alike whether the frame was read from a CSV or computed (σ a float, seed an int)."""
+    return list(
+        zip(
+            *(frame[c].astype(str) for c in ("group", "task", "scorer", "arch")),
+            frame.train_sigma.astype(float),
+            frame.seed.astype(int),
+        )
+    )
+
+
+def prior_jobs(prior: Path) -> set[tuple]:
+    """The jobs (:func:`job_keys`) whose rows a published report's folder ``prior`` holds: what a study
+    continued from it (``--continue-from``) does not train again."""
+    paths, _ = load_inputs(prior)
+    return set(job_keys(paired.read_back(paths)))
+
+
+def with_prior(
+    parts: dict[str, pd.DataFrame], prior: Path | None, read=paired.read_back
+) -> tuple[dict[str, pd.DataFrame], dict | None]:
+    """This study's per-seed parts (from its run folders) joined with those published in ``prior`` (a
+    report's folder: per-seed CSVs and :data:`INPUTS`) — a study continued in a later session, whose
+    earlier run folders are gone (``--continue-from``). A job in both keeps only the new rows (it was
+    trained again). Returns (the parts, ``prior``'s inputs record; None without ``prior``)."""
+    if prior is None:
+        return dict(parts), None
+    paths, inputs = load_inputs(prior)
+    old = read(paths)
+    out = {}
+    for part in dict.fromkeys([*parts, *old.part.unique()]):
+        new = parts.get(part)
+        kept = old[old.part == part].drop(columns="part")
+        if new is not None and not new.empty:
+            fresh = set(job_keys(new))
+            kept = kept[[k not in fresh for k in job_keys(kept)]]
+            kept = pd.concat([new, kept], ignore_index=True)
+        out[part] = kept
+    return out, inputs
+
+
+def trained_index(
+    index: pd.DataFrame | None, parts: dict[str, pd.DataFrame], evaluated
+) -> pd.DataFrame | None:
+    """``index`` (job → evaluations) with the jobs that only published rows hold (:func:`with_prior`)
+    added as complete (every evaluation ``evaluated(task)`` names): what :func:`paired.missing_jobs`
+    counts. A published job's own gaps were stated by its report, whose *Missing* lines are carried
+    (:func:`continued_inputs`)."""
+    rows = [f[[*paired.JOB_COLUMNS]] for f in parts.values() if f is not None and not f.empty]
+    if not rows:
+        return index
+    jobs = pd.concat(rows, ignore_index=True).drop_duplicates()
+    known = set(zip(index.group, index.job)) if index is not None else set()  # by (group, Job.name)
+    extra = []
+    for group, task, scorer, arch, sigma, seed in dict.fromkeys(job_keys(jobs)):
+        job = f"{task}-{scorer}-{arch}-sigma{sigma:g}-s{seed}"
+        if (group, job) in known:
+            continue
+        for evaluation in evaluated(task) or [None]:
+            extra.append({"group": group, "task": task, "job": job, "evaluation": evaluation})
+    if not extra:
+        return index
+    extra = pd.DataFrame(extra)
+    return extra if index is None else pd.concat([index, extra], ignore_index=True)
+
+
+def continued_inputs(prior: dict, new: dict, source: Path) -> dict:
+    """The :data:`INPUTS` record of a continued study: the published record ``prior`` and this session's
+    ``new`` one joined (wall times one after the other, runs summed, :func:`provenance.merge_summaries`);
+    the earlier *Missing* lines carried, marked as such."""
+    out = dict(new)
+    out["wall_seconds"] = [*prior.get("wall_seconds", []), *new["wall_seconds"]]
+    out["runs"] = provenance.merge_summaries(prior.get("runs", {}), new["runs"])
+    out["missing"] = [*new["missing"], *(f"(before the continuation) {m}" for m in prior.get("missing", []))]
+    notes = [*prior.get("continued_from", [])]
+    if prior.get("reconstructed"):
+        out["reconstructed"] = prior["reconstructed"]
+    notes.append(f"{source}: {len(prior.get('wall_seconds', []))} earlier invocations")
+    out["continued_from"] = notes
+    return out
 
 
 def render(
@@ -742,12 +836,34 @@ def section(heading: str, text: str, table: pd.DataFrame | None) -> list[str]:
     return [f"## {heading}", "", text, "", body, ""]
 
 
+def seed_ranges(seeds) -> str:
+    """Seeds as runs of consecutive integers: [8, 9, 10, 12] → "8–10, 12"."""
+    out, run = [], []
+    for x in sorted(int(v) for v in seeds):
+        if run and x != run[-1] + 1:
+            out.append(f"{run[0]}–{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)))
+            run = []
+        run.append(x)
+    if run:
+        out.append(f"{run[0]}–{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)))
+    return ", ".join(out)
+
+
 def setup_lines(setup: dict) -> list[str]:
     """The study's matrix as the report states it: common overrides, groups, evaluations."""
-    groups = [
-        {"group": g, **{k: ", ".join(str(x) for x in v) for k, v in spec.items()}}
-        for g, spec in setup["groups"].items()
-    ]
+
+    def cell(v) -> str:  # an axis, or `more`: [{seeds, some axes}] as "every_num × postln: seeds 8–29"
+        if v and isinstance(v[0], dict):
+            return "; ".join(
+                " × ".join(
+                    ", ".join(map(str, e[a])) for a in ("tasks", "scorers", "archs", "train_sigma") if a in e
+                )
+                + f": seeds {seed_ranges(e['seeds'])}"
+                for e in v
+            )
+        return ", ".join(str(x) for x in v)
+
+    groups = [{"group": g, **{k: cell(v) for k, v in spec.items()}} for g, spec in setup["groups"].items()]
     evals = [
         {"evaluation": k, **{kk: str(vv) for kk, vv in v.items()}} for k, v in setup["evaluations"].items()
     ]

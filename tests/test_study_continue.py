@@ -1,0 +1,226 @@
+"""A study continued in a later session (``ssa-study <name> --continue-from docs/results/<name>``): the
+published jobs are not trained again and the report joins their per-seed rows with the new runs'; and a
+group's ``more`` sub-matrices (more seeds for a primary endpoint's cells than for the rest of the group:
+core/matrix.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from ssa_repro.cli import arguments, run_study, study
+from ssa_repro.reports import paired, provenance
+from ssa_repro.reports import study as report
+
+
+def _study(tmp_path: Path, **group) -> Path:
+    """The quick study with one group ``core`` (every_num and linear, softmax and SSA) given ``group``."""
+    quick = OmegaConf.to_container(study.load("quick"))
+    quick.pop("defaults", None)
+    quick["name"] = "cont"
+    quick["groups"] = {
+        "core": {"tasks": ["linear", "every_num"], "scorers": ["softmax", "ssa"], "archs": ["preln"]}
+        | {"train_sigma": [1]}
+        | group
+    }
+    for key in ("primary", "factorials"):
+        quick.pop(key, None)
+    path = tmp_path / "cont.yaml"
+    path.write_text(OmegaConf.to_yaml(OmegaConf.create(quick)))
+    return path
+
+
+def test_more_seeds_for_a_sub_matrix_in_seed_major_order(tmp_path):
+    more = [
+        {"seeds": [2, 3], "tasks": ["every_num"]},
+        {"seeds": [1, 4], "tasks": ["linear"], "scorers": ["ssa"]},
+    ]
+    s = study.load(str(_study(tmp_path, seeds=[0, 1], more=more)))
+    todo = study.jobs(s)
+    got = [(j.seed, j.task, j.scorer) for j in todo]
+    base = [(seed, t, sc) for seed in (0, 1) for t in ("linear", "every_num") for sc in ("softmax", "ssa")]
+    extra = [(seed, "every_num", sc) for seed in (2, 3) for sc in ("softmax", "ssa")] + [(4, "linear", "ssa")]
+    assert sorted(got) == sorted(base + extra) and len(got) == len(set(got)) == 13  # (1, linear, ssa) once
+    # seed-major, and within a seed the group's axis order (tasks, then scorers)
+    assert got[:4] == [
+        (0, "linear", "softmax"),
+        (0, "linear", "ssa"),
+        (0, "every_num", "softmax"),
+        (0, "every_num", "ssa"),
+    ]
+    assert [g[0] for g in got] == sorted(g[0] for g in got)
+    assert {j.name for j in todo if j.seed == 4} == {"linear-ssa-preln-sigma1-s4"}
+    # the report's missing-job count expects the same 13 jobs
+    lines = paired.missing_jobs(None, OmegaConf.to_container(s), lambda task: [])
+    assert lines == ["group `core`: 0 of 13 jobs trained and indexed"]
+
+
+@pytest.mark.parametrize(
+    "more, fragment",
+    [
+        ([{"seeds": [0, 1], "tasks": ["some_num"]}], "groups.core.more[0].tasks[0]='some_num'"),
+        ([{"seeds": [0, 0]}], "groups.core.more[0].seeds[1]=0"),
+        ([{"seeds": [-1]}], "groups.core.more[0].seeds[0]=-1"),
+        ([{"tasks": ["linear"]}], "groups.core.more[0].seeds"),
+        ([{"seeds": [3], "arch": ["preln"]}], "groups.core.more[0].arch="),
+        ({"seeds": [3]}, "groups.core.more="),
+    ],
+)
+def test_bad_sub_matrices_are_refused_naming_the_key(tmp_path, more, fragment):
+    with pytest.raises(SystemExit) as e:  # the study file is checked when loaded, before any job
+        study.load(str(_study(tmp_path, more=more)))
+    assert f"cont.yaml: {fragment}" in str(e.value.code)
+
+
+def _published(tmp_path: Path, seeds, value: float, wall=(100.0,), runs=None) -> Path:
+    """A published report's folder: a per-seed grid CSV (core every_num, both scorers, ``seeds``, every
+    cell ``value``) and its report_inputs.json."""
+    rows = [
+        dict(group="core", task="every_num", scorer=sc, arch="preln", train_sigma=1, seed=seed)
+        | dict(evaluation="grid_quantifier", predictor="model", metric="sequence_error")
+        | dict(summary="train_lengths sigma=16", value=value)
+        for seed in seeds
+        for sc in ("softmax", "ssa")
+    ]
+    folder = tmp_path / "published"
+    folder.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(folder / "per_seed_grid.csv", index=False)
+    inputs = {
+        "per_seed": {"grid": "per_seed_grid.csv"},
+        "wall_seconds": list(wall),
+        "runs": runs
+        or {"runs": 2 * len(seeds), "starts_by_commit": {"aaaaaaa": 2 * len(seeds)}}
+        | {"starts_by_device": {"cpu": 2 * len(seeds)}},
+        "missing": ["group `core`: 4 of 6 jobs trained and indexed"],
+    }
+    (folder / report.INPUTS).write_text(json.dumps(inputs))
+    return folder
+
+
+def test_the_prior_rows_join_the_new_ones_and_a_job_trained_again_keeps_only_its_new_rows(tmp_path):
+    prior = _published(tmp_path, seeds=[0, 1], value=0.5)
+    assert report.prior_jobs(prior) == {
+        ("core", "every_num", sc, "preln", 1.0, seed) for seed in (0, 1) for sc in ("softmax", "ssa")
+    }
+    new = pd.read_csv(_published(tmp_path / "new", seeds=[1, 2], value=0.25) / "per_seed_grid.csv")
+    new["train_sigma"] = 1.0  # as computed from the run folders: σ a float
+    parts, inputs = report.with_prior({"grid": new}, prior)
+    got = parts["grid"].assign(train_sigma=lambda f: f.train_sigma.astype(float))
+    by_seed = got.groupby("seed").value.agg(["min", "max", "size"])
+    # seed 0 only published (0.5); seed 1 trained again (0.25 only, not both); seed 2 new
+    assert by_seed.to_dict("index") == {
+        0: {"min": 0.5, "max": 0.5, "size": 2},
+        1: {"min": 0.25, "max": 0.25, "size": 2},
+        2: {"min": 0.25, "max": 0.25, "size": 2},
+    }
+    assert inputs["wall_seconds"] == [100.0]
+    assert report.with_prior({"grid": new}, None) == ({"grid": new}, None)
+
+
+def test_published_jobs_count_as_trained_in_the_missing_lines_and_the_inputs_are_joined(tmp_path):
+    prior = _published(tmp_path, seeds=[0, 1], value=0.5)
+    parts, old = report.with_prior({}, prior)
+    setup = {
+        "seeds": [0, 1, 2],
+        "groups": {
+            "core": {"tasks": ["every_num"], "scorers": ["softmax", "ssa"], "archs": ["preln"]}
+            | {"train_sigma": [1]}
+        },
+    }
+    index = pd.DataFrame(
+        [
+            {
+                "group": "core",
+                "task": "every_num",
+                "job": "every_num-softmax-preln-sigma1-s2",
+                "evaluation": "g",
+            }
+        ]
+    )
+    combined = report.trained_index(index, parts, lambda task: ["g"])
+    assert paired.missing_jobs(combined, setup, lambda task: ["g"]) == [
+        "group `core`: 5 of 6 jobs trained and indexed"
+    ]
+    new = {"wall_seconds": [7.0], "runs": {"runs": 1, "starts_by_commit": {"bbbbbbb": 1}}, "missing": []}
+    new["runs"] |= {"starts_by_device": {"cpu": 1}, "dirty_runs": 1, "dirty_commits": ["bbbbbbb"]}
+    joined = report.continued_inputs(old, new, prior)
+    assert joined["wall_seconds"] == [100.0, 7.0]
+    assert joined["runs"]["runs"] == 5
+    assert joined["runs"]["starts_by_commit"] == {"aaaaaaa": 4, "bbbbbbb": 1}
+    assert joined["runs"]["starts_by_device"] == {"cpu": 5}
+    assert joined["runs"]["dirty_commits"] == ["bbbbbbb"] and joined["runs"]["dirty_runs"] == 1
+    assert joined["missing"] == ["(before the continuation) group `core`: 4 of 6 jobs trained and indexed"]
+    assert joined["continued_from"] == [f"{prior}: 1 earlier invocations"]
+    assert provenance.merge_summaries({"runs": 0}, new["runs"]) == new["runs"]
+
+
+def test_a_continued_study_does_not_train_the_published_jobs(tmp_path, monkeypatch):
+    path = _study(tmp_path, seeds=[0, 1, 2])
+    ran = []
+    monkeypatch.setattr(study, "run_one", lambda job, s, r, i, n: ran.append(job) or [])
+    skip = {("core", "every_num", sc, "preln", 1.0, seed) for seed in (0, 1) for sc in ("softmax", "ssa")}
+    study.run(str(path), tmp_path / "runs", n_jobs=1, skip=skip)
+    every = study.jobs(study.load(str(path)))
+    assert len(every) == 12
+    assert sorted((j.task, j.scorer, j.seed) for j in ran) == sorted(
+        (j.task, j.scorer, j.seed) for j in every if (j.task != "every_num" or j.seed == 2)
+    )
+
+
+def test_the_command_passes_the_published_jobs_and_folder_through(tmp_path, monkeypatch):
+    prior = _published(tmp_path, seeds=[0], value=0.5)
+    seen = {}
+    monkeypatch.setattr(study, "run", lambda *a, **k: seen.setdefault("skip", k["skip"]))
+    monkeypatch.setattr(study, "report_index", lambda root, cfg: None)
+
+    def write(root, out, name, command, setup, prior=None):
+        seen["prior"] = prior
+        return Path(out) / f"{name}.md"
+
+    monkeypatch.setattr(report, "write", write)
+    argv = ["quick", "--root", str(tmp_path / "r"), "--continue-from", str(prior)]
+    a = arguments.study().parse_args(argv)
+    a.argv = argv
+    assert run_study.run(a) == 0
+    assert seen["skip"] == {("core", "every_num", sc, "preln", 1.0, 0) for sc in ("softmax", "ssa")}
+    assert seen["prior"] == prior
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            ["--continue-from", "{empty}"],
+            "Error: --continue-from {empty}: {empty}/report_inputs.json is missing",
+        ),
+        (
+            ["--report-only", "--from-csv", "{prior}", "--continue-from", "{prior}"],
+            "--from-csv and --continue-from exclude each other",
+        ),
+    ],
+)
+def test_a_folder_that_is_not_a_published_report_is_refused_before_anything_runs(
+    tmp_path, monkeypatch, extra, message
+):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    prior = _published(tmp_path, seeds=[0], value=0.5)
+    monkeypatch.setattr(study, "run", lambda *a, **k: pytest.fail("nothing may run"))
+    argv = ["quick", "--root", str(tmp_path / "r"), *(x.format(empty=empty, prior=prior) for x in extra)]
+    a = arguments.study().parse_args(argv)
+    a.argv = argv
+    with pytest.raises(SystemExit) as e:
+        run_study.run(a)
+    assert message.format(empty=empty) in str(e.value.code)
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_setup_table_states_the_sub_matrices_and_their_seeds(tmp_path):
+    assert report.seed_ranges([12, 8, 9, 10]) == "8–10, 12" and report.seed_ranges([1, 2]) == "1, 2"
+    setup = OmegaConf.to_container(study.load("icl_cpu"))
+    table = "\n".join(report.setup_lines(setup))
+    assert "| every_num × postln: seeds 8–29 |" in table and "| every_num: seeds 10–29 |" in table
