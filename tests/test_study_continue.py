@@ -154,7 +154,21 @@ def test_published_jobs_count_as_trained_in_the_missing_lines_and_the_inputs_are
     assert joined["runs"]["starts_by_device"] == {"cpu": 5}
     assert joined["runs"]["dirty_commits"] == ["bbbbbbb"] and joined["runs"]["dirty_runs"] == 1
     assert joined["missing"] == ["(before the continuation) group `core`: 4 of 6 jobs trained and indexed"]
-    assert joined["continued_from"] == [f"{prior}: 1 earlier invocations"]
+    assert joined["continued"]["from"] == str(prior) and joined["continued"]["earlier"]["wall_seconds"] == [
+        100.0
+    ]
+    # joined again with the same run folder (the report published, then made again): nothing twice
+    root = tmp_path / "root"
+    root.mkdir()
+    once = report.continued_inputs(old, new, prior, root)
+    twice = report.continued_inputs(once, new, prior, root)
+    assert twice["wall_seconds"] == once["wall_seconds"] == [100.0, 7.0]
+    assert twice["runs"] == once["runs"] and twice["runs"]["runs"] == 5
+    # another session's run folder (another identity) adds to what was published
+    other = tmp_path / "other"
+    other.mkdir()
+    later = report.continued_inputs(once, new, prior, other)
+    assert later["wall_seconds"] == [100.0, 7.0, 7.0] and later["runs"]["runs"] == 6
     assert provenance.merge_summaries({"runs": 0}, new["runs"]) == new["runs"]
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -377,7 +378,7 @@ def write(
     missing = paired.missing_jobs(trained_index(index, parts, evaluated), setup, evaluated)
     inputs = run_inputs(root, index, missing, paths)
     if prior_inputs is not None:
-        inputs = continued_inputs(prior_inputs, inputs, prior)
+        inputs = continued_inputs(prior_inputs, inputs, prior, root)
     inputs = save_inputs(figdir, inputs)
     return render(paths, inputs, out_dir, name, command, setup)
 
@@ -449,19 +450,41 @@ def trained_index(
     return extra if index is None else pd.concat([index, extra], ignore_index=True)
 
 
-def continued_inputs(prior: dict, new: dict, source: Path) -> dict:
+ROOT_ID = ".root_id"
+"""In a study's run folder: a random identity, so that a continued report published and then joined
+again with the same folder (``--continue-from`` twice in one session) counts that folder's runs once."""
+
+
+def root_id(root: Path) -> str | None:
+    """``root``'s identity (:data:`ROOT_ID`), made on first use; None where ``root`` does not exist."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    path = root / ROOT_ID
+    if not path.is_file():
+        write_text(path, uuid.uuid4().hex + "\n")
+    return path.read_text().strip()
+
+
+def continued_inputs(prior: dict, new: dict, source: Path, root: Path | None = None) -> dict:
     """The :data:`INPUTS` record of a continued study: the published record ``prior`` and this session's
-    ``new`` one joined (wall times one after the other, runs summed, :func:`provenance.merge_summaries`);
-    the earlier *Missing* lines carried, marked as such."""
+    ``new`` one (from the run folder ``root``) joined: wall times one after the other, runs summed
+    (:func:`provenance.merge_summaries`), the earlier *Missing* lines carried, marked as such. The
+    earlier record is kept under ``continued`` with ``root``'s identity: where ``prior`` was itself
+    joined with this ``root`` (a report published, then made again), its earlier record is used, so
+    that no run or wall time is counted twice."""
+    ident = root_id(root) if root is not None else None
+    before = prior.get("continued") or {}
+    if ident is not None and before.get("root_id") == ident:
+        prior = before["earlier"]
     out = dict(new)
     out["wall_seconds"] = [*prior.get("wall_seconds", []), *new["wall_seconds"]]
     out["runs"] = provenance.merge_summaries(prior.get("runs", {}), new["runs"])
     out["missing"] = [*new["missing"], *(f"(before the continuation) {m}" for m in prior.get("missing", []))]
-    notes = [*prior.get("continued_from", [])]
     if prior.get("reconstructed"):
         out["reconstructed"] = prior["reconstructed"]
-    notes.append(f"{source}: {len(prior.get('wall_seconds', []))} earlier invocations")
-    out["continued_from"] = notes
+    earlier = {k: v for k, v in prior.items() if k != "per_seed"}
+    out["continued"] = {"from": str(source), "root_id": ident, "earlier": earlier}
     return out
 
 
