@@ -20,8 +20,14 @@ A study file, after merging over the study it names in ``defaults``, has these k
 ``claims``      optional: ``{name: claim or block}``, the claims its report tests (reports/claims.py: the
                 grammar; the names a claim may use are its report's, :data:`CLAIM_VOCABULARY`)
 ``factorials``  optional (ICL report): ``{name: 2 × 2 design}`` decided in the report (reports/factorial.py)
-``primary``     optional (ICL report): ``{name: endpoint}``, at most four primary endpoints with their
-                planned effects (reports/primary.py)
+``primary``     optional (ICL and early reports): ``{name: endpoint}``, at most four primary endpoints
+                with their planned effects (reports/primary.py); the early report's on claims' contrasts
+                only (it has no 2 × 2 designs)
+``confirmatory_seeds``
+                optional, with ``primary``: a non-empty list of distinct integers ≥ 0, the seeds run
+                after the endpoints were declared; the endpoints are decided on these seeds alone (a
+                confirmatory test), every seed's estimate shown beside, exploratory. ``null`` (a child
+                study) removes its parent's
 ==============  =========================================================================================
 
 A duplicate in a list is refused: two equal seeds (or scorers, …) would make one job twice, and the
@@ -43,7 +49,7 @@ from ssa_repro.reports import claims, early, factorial, icl, primary
 from ssa_repro.tasks import TASKS
 
 TOP = {"defaults", "name", "report", "seeds", "base", "tasks", "archs", "groups", "evaluations", "claims"}
-TOP |= {"factorials", "primary"}
+TOP |= {"factorials", "primary", "confirmatory_seeds"}
 CLAIM_VOCABULARY = {"icl": (icl.CLAIM_NAMES, icl.JUDGES), "early": (early.CLAIM_NAMES, early.JUDGES)}
 """Per report (a study's ``report`` key; ``icl`` without one): the values and judges its claims may name."""
 REQUIRED = ("name", "seeds", "base", "tasks", "archs", "groups", "evaluations")
@@ -174,7 +180,33 @@ def problems(study: DictConfig, file: str) -> list[str]:
     c.out += primary.problems(
         _plain(study.get("primary")), file, designs=list(designs) if isinstance(designs, dict) else ()
     )
+    if report == "early" and isinstance(study.get("primary"), DictConfig):
+        for name, e in study.primary.items():
+            if isinstance(e, DictConfig) and "factorial" in e:
+                c.bad(
+                    f"primary.{name}.factorial",
+                    e.factorial,
+                    "is not allowed in a study with report: early (it has no 2 × 2 designs); allowed: an "
+                    "endpoint on a claim's contrast (claim, contrast)",
+                )
+    _confirmatory(c, study, seeds_allowed)
     return c.out
+
+
+def _confirmatory(c: _Check, study: DictConfig, seeds_allowed: str) -> None:
+    """``confirmatory_seeds``: distinct seeds ≥ 0, meaningful only beside declared primary endpoints."""
+    seeds = study.get("confirmatory_seeds")
+    if seeds is None:
+        return
+    c.distinct("confirmatory_seeds", seeds, lambda v: _is_int(v) and v >= 0, seeds_allowed)
+    endpoints = _plain(study.get("primary"))
+    if not isinstance(endpoints, dict) or not any(e is not None for e in endpoints.values()):
+        c.bad(
+            "confirmatory_seeds",
+            seeds,
+            "is given without primary endpoints (the seeds they are decided on); allowed: with a "
+            "`primary:` section, or null",
+        )
 
 
 def _group(c: _Check, key: str, g, study: DictConfig, scorers: list[str], seeds_allowed: str) -> None:

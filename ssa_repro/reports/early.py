@@ -11,6 +11,8 @@ module gives them their :func:`context`), paired contrasts over seeds (``reports
 ``stats/``): at the last checkpoint, each SSA arm − softmax on the items the paper names. The paper's "early learning" names its
 benchmarks (BabyBERTa's child-scale corpus, the small LM), not a point in training; whether SSA is ahead
 early in training is the study's own question, asked of the mean of the 12 at the first checkpoint.
+The study's ``primary:`` endpoints (on claims' contrasts) are decided as the ICL report decides its own
+(:func:`decide`; reports/primary.py), listed first in the findings with their own section.
 A contrast on a probe or task that neither arm's models score above chance on (the seed-mean accuracy's
 95% Wilson bound on the probe's pairs, not pooled: the seeds share them) is shown but not judged
 (``paired.NOT_LEARNED``), as in the ICL report.
@@ -28,7 +30,7 @@ from ssa_repro import stats
 from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.evaluation.registry import applicable
 from ssa_repro.reports import claims as claims_engine
-from ssa_repro.reports import paired
+from ssa_repro.reports import paired, primary
 from ssa_repro.reports.early_cells import CHANCE, MEAN_12, MEAN_ALL, export, main_group, per_seed, read_back
 from ssa_repro.reports.early_figures import (
     perplexity_figure,
@@ -46,14 +48,19 @@ from ssa_repro.reports.early_tables import (
 )
 from ssa_repro.reports.paired import Claim
 from ssa_repro.reports.study import (
+    Decided,
     claims_markdown,
+    confirm,
     figure_lines,
     finish,
+    primary_findings,
+    primary_lines,
     provenance_lines,
     read_index,
     run_inputs,
     save_inputs,
     section,
+    without_endpoints,
 )
 from ssa_repro.stats.intervals import wilson
 from ssa_repro.tasks import TASKS
@@ -180,14 +187,48 @@ def compute(
     """From the published per-seed CSVs: (the per-seed frame, the claims, the claims table, the
     findings); ``entries``: the study's ``claims:`` section (none: no claims). The test recomputes the
     report's numbers with this from the CSVs alone."""
+    d = decide(paths, {"claims": entries})
+    return d.frame, d.claims, d.table, d.found
+
+
+def decide(paths: Mapping[str, Path], setup: Mapping | None = None) -> Decided:
+    """Every decision the report prints, from the published per-seed CSVs and the study's file
+    (``setup``: its ``claims:``, ``primary:`` and ``confirmatory_seeds``), as ``reports/study.py``'s
+    :func:`~ssa_repro.reports.study.decide` makes them for the ICL report: the primary endpoints (on
+    claims' contrasts; this report has no 2 × 2 designs) leave their claim's Holm family for the family
+    ``primary`` (:func:`primary.decide`), or, with confirmatory seeds, are decided on those seeds alone
+    (:func:`~ssa_repro.reports.study.confirm`) and stay on every seed in their own families."""
+    setup = setup or {}
     frame = read_back(paths)
-    found_claims = claims(frame, entries)
-    table = paired.claims_table(frame, found_claims) if found_claims else pd.DataFrame()
+    found_claims = claims(frame, setup.get("claims"))
+    ctx = context(frame) if len(frame) and setup.get("primary") else None
+    eps = primary.declared(setup.get("primary"), ctx) if ctx else {}
+    seeds = setup.get("confirmatory_seeds") if eps else None
+    moved = eps if seeds is None else {}  # with confirmatory seeds nothing leaves its family here
+    table = (
+        paired.claims_table(frame, found_claims, families=primary.claim_families(moved))
+        if found_claims
+        else pd.DataFrame()
+    )
+    extra = {}
+    if eps and seeds is None:
+        primaries = primary.decide(eps, table, pd.DataFrame(), frame, found_claims)
+    elif eps:
+        primaries, extra = confirm(eps, seeds, frame, found_claims, None, ctx)
+        extra["explored"] = primary.all_seeds(eps, table, pd.DataFrame(), frame, found_claims)
+    else:
+        primaries = pd.DataFrame()
     if len(table):
         per_claim = table.groupby("claim", sort=False).verdict.agg(lambda v: paired.claim_verdict(list(v)))
         table["claim_verdict"] = table.claim.map(per_claim)
-    found = paired.findings(table, n=5) if len(table) else pd.DataFrame()
-    return frame, found_claims, table, found
+    if not len(table):
+        exploratory = table
+    elif seeds is None:
+        exploratory = table[table.family != primary.FAMILY] if eps else table
+    else:
+        exploratory = without_endpoints(table, eps)
+    found = paired.findings(exploratory, n=5) if len(table) else pd.DataFrame()
+    return Decided(frame, found_claims, table, found, pd.DataFrame(), eps, primaries, **extra)
 
 
 # ------------------------------------------------------------------ the report
@@ -228,12 +269,24 @@ def missing_jobs(index: pd.DataFrame | None, setup: Mapping | None) -> list[str]
 
 
 def findings_markdown(
-    found: pd.DataFrame, found_claims, frame: pd.DataFrame, table: pd.DataFrame | None = None
+    found: pd.DataFrame,
+    found_claims,
+    frame: pd.DataFrame,
+    table: pd.DataFrame | None = None,
+    decided: Decided | None = None,
 ) -> list[str]:
-    """The findings, first: the contrasts the decision rule calls, then every claim by its verdict (the
-    claims table's, digested: what is ruled out, what the seeds are too few for and how many would do,
-    what is not testable at this size), then the regime the matrix ran at."""
+    """The findings, first: the declared primary endpoints whatever they say (``decided``;
+    ``reports/study.py``'s :func:`~ssa_repro.reports.study.primary_findings`), then the contrasts the
+    decision rule calls, then every claim by its verdict (the claims table's, digested: what is ruled
+    out, what the seeds are too few for and how many would do, what is not testable at this size), then
+    the regime the matrix ran at."""
     lines = []
+    head = primary_findings(decided) if decided is not None else []
+    if head:
+        lines += [*head, "", "**Exploratory** (each within its own Holm family; the rule's calls):", ""]
+    shown = table
+    if decided is not None and decided.confirmatory is not None and table is not None and len(table):
+        shown = without_endpoints(table, decided.eps)  # the endpoints' contrasts: listed above
     text = {c.key: c for c in found_claims}
     for _, r in found.iterrows():
         c = text[r["claim"]]
@@ -241,10 +294,11 @@ def findings_markdown(
             f"- **{c.claim}** — {r['contrast']}: {c.contrast_text} = {paired.contrast_text(r)} ({r['verdict']}; "
             f"a {r['mean_a']:.3g} → b {r['mean_b']:.3g}, means over the paired seeds)."
         )
-    if not lines:
-        lines.append("- **No claim is supported or contradicted**: the decision rule calls no contrast.")
+    if not len(found):
+        what = "No other claim" if head else "No claim"
+        lines.append(f"- **{what} is supported or contradicted**: the decision rule calls no contrast.")
     # the SSA effects no family calls, against SSA as prominently as for it (issue 38), before the digest
-    ssa = [x for x in paired.ssa_effect_lines(table, found_claims) if x]
+    ssa = [x for x in paired.ssa_effect_lines(shown, found_claims) if x]
     lines += [f"- {x}" if i == 0 else f"  {x}" for i, x in enumerate(ssa)]
     lines += verdict_digest(found_claims, table if table is not None else pd.DataFrame())
     reg = regime_table(frame)
@@ -356,7 +410,8 @@ def render(
     ``--from-csv``'s common part)."""
     out_dir = Path(out_dir)
     figdir = out_dir / name
-    frame, found_claims, table, found = compute(paths, (setup or {}).get("claims"))
+    decided = decide(paths, setup)
+    frame, found_claims, table, found = decided.frame, decided.claims, decided.table, decided.found
     missing = list(inputs["missing"])
     lines = [
         title(name),
@@ -372,8 +427,9 @@ def render(
         "",
         "## Findings",
         "",
-        *findings_markdown(found, found_claims, frame, table),
+        *findings_markdown(found, found_claims, frame, table, decided),
         "",
+        *primary_lines(decided),
         "## The paper's claims",
         "",
         *claims_markdown(found_claims, table),

@@ -21,6 +21,12 @@ Holm p replaces the one it had in its claim's or design's family (which it leave
 seeds run is given twice: for the planned d_z (:func:`stats.power_for_endpoint`, normal theory) and
 for the observed differences, ties included (:func:`paired.observed_power`); the seeds needed for 80%
 power at α/k are :func:`stats.plan_table`'s.
+
+A study that gives ``confirmatory_seeds`` (the seeds run after the endpoints were declared) decides the
+endpoints on those seeds alone (:func:`decide` on the claims table and the designs recomputed on the
+per-seed frame restricted to them: a confirmatory test, the earlier seeds having suggested the
+hypotheses); on every seed the same contrasts stay in their claim's or design's own family, exploratory
+(:func:`all_seeds`), shown beside the confirmatory result (:func:`results_table`, :func:`note`).
 """
 
 from __future__ import annotations
@@ -54,6 +60,37 @@ NOTE = (
     "next runs, and answered here with the seeds already run, at the power printed. Everything else in "
     "this report is exploratory, each contrast corrected within its own stated family."
 )
+NO_CONFIRMATORY = "no confirmatory seeds run yet"
+
+
+def note(confirmatory=None, run=(), earlier=()) -> str:
+    """The *Primary endpoints* section's opening: :data:`NOTE` without ``confirmatory`` seeds; with them,
+    that the endpoints were declared after the ``earlier`` seeds had been run and before the
+    confirmatory ones, which alone decide them (``run``: those of them in the data)."""
+    if confirmatory is None:
+        return NOTE
+    from ssa_repro.reports.study import seed_ranges as seed_text  # (study imports this module)
+
+    declared = seed_text(confirmatory)
+    before = f"after seeds {seed_text(earlier)} had been run" if len(earlier) else "after the first runs"
+    head = (
+        f"These endpoints were declared (issue 38) {before}, partly in view of what those seeds showed, "
+        f"and before the confirmatory seeds {declared} were run. "
+    )
+    if not len(run):
+        return head + (
+            f"No confirmatory seeds run yet: none of seeds {declared} is in this report's data, so no "
+            "endpoint is decided here; the estimates on the seeds run are shown, exploratory (the seeds "
+            "that suggested the hypotheses cannot test them). Everything else in this report is "
+            "exploratory, each contrast corrected within its own stated family."
+        )
+    return head + (
+        f"Each endpoint is decided on the confirmatory seeds alone ({seed_text(run)}: "
+        f"{len(run)} of the {len(confirmatory)} declared in the data), Holm over the k endpoints; beside it the "
+        "same contrast on every seed, exploratory, in its own claim's or design's family (the earlier "
+        "seeds suggested the hypotheses, so they do not test them). Everything else in this report is "
+        "exploratory, each contrast corrected within its own stated family."
+    )
 
 
 def problems(entries, file: str, claim_keys=None, designs=()) -> list[str]:
@@ -162,20 +199,7 @@ def decide(
     family ``primary`` (k = the declared count); the claims table's and the designs' rows of these
     endpoints get the same p_Holm, family and verdict (in place: one Holm p per contrast)."""
     k = len(eps)
-    found = []
-    for name, e in eps.items():
-        key = effect_key(e)
-        if key[0] == "claim":
-            hit = table[(table.claim == key[1]) & (table.contrast == key[2])] if len(table) else table
-        else:
-            hit = (
-                designs[(designs.design == key[1]) & (designs.cell == key[2]) & (designs.effect == key[3])]
-                if len(designs)
-                else designs
-            )
-        hit = hit[hit.verdict != paired.NOT_LEARNED] if len(hit) else hit  # two guesses: no endpoint
-        if len(hit):
-            found.append((name, e, key[0], hit.index[0], hit.iloc[0]))
+    found = [(name, e, *hit) for name, e in eps.items() if (hit := _find(e, table, designs))]
     if not found:
         return pd.DataFrame()
     p_holm = stats.holm(np.array([r["p_value"] for *_, r in found]))
@@ -219,6 +243,56 @@ def decide(
                 "power (observed d_s, ties)": paired.observed_power(d, ALPHA / k),
                 "verdict": v,
                 "binary": binary,
+                "claimed_side": bool(np.sign(r["estimate"]) == sign) if r["estimate"] else None,
+                "about_ssa": about_ssa(e, r, claims),
+                "seeds_worse": int(np.sum(d * sign < 0)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _find(e: Mapping, table: pd.DataFrame, designs: pd.DataFrame) -> tuple | None:
+    """(where, index, row) of an endpoint's row in the claims table ("claim") or the designs' table
+    ("factorial"); None where it has none, or where its contrast compares two guesses (not judged)."""
+    key = effect_key(e)
+    if key[0] == "claim":
+        hit = table[(table.claim == key[1]) & (table.contrast == key[2])] if len(table) else table
+    else:
+        hit = (
+            designs[(designs.design == key[1]) & (designs.cell == key[2]) & (designs.effect == key[3])]
+            if len(designs)
+            else designs
+        )
+    hit = hit[hit.verdict != paired.NOT_LEARNED] if len(hit) else hit  # two guesses: no endpoint
+    return (key[0], hit.index[0], hit.iloc[0]) if len(hit) else None
+
+
+def all_seeds(
+    eps: Mapping[str, Mapping], table: pd.DataFrame, designs: pd.DataFrame, frame: pd.DataFrame, claims
+) -> pd.DataFrame:
+    """With confirmatory seeds: each endpoint's contrast on every seed, as the full claims table or
+    designs' table has it, in its own claim's or design's Holm family (exploratory; nothing is changed
+    in them): one row per endpoint found, its estimate, interval, seeds (ties), p, p_Holm with its family
+    and k, verdict and, for a bimodal endpoint, the seeds that generalise per arm."""
+    rows = []
+    for name, e in eps.items():
+        hit = _find(e, table, designs)
+        if hit is None:
+            continue
+        where, _, r = hit
+        d = np.asarray(r["per_seed"], dtype=float)
+        sign = int(r["claimed_sign"])
+        rows.append(
+            {
+                "endpoint": name,
+                "text": e["text"],
+                **{c: r[c] for c in ("estimate", "low", "high", "scale", "margin", "p_value", "p_holm")},
+                "n_seeds": int(r["n_seeds"]),
+                "ties": int(np.sum(d == 0)),
+                "family": r["family"],
+                "family_k": int(r["family_k"]),
+                "verdict": r["verdict"],
+                "binary": binary_outcome(e, r, frame, claims) if where == "claim" else None,
                 "claimed_side": bool(np.sign(r["estimate"]) == sign) if r["estimate"] else None,
                 "about_ssa": about_ssa(e, r, claims),
                 "seeds_worse": int(np.sum(d * sign < 0)),
@@ -306,30 +380,72 @@ def simulated_rates(margin: float, threshold: float, max_jump: float) -> pd.Data
     return pd.DataFrame(rows)
 
 
-def results_table(decided: pd.DataFrame) -> pd.DataFrame:
+def results_table(
+    decided: pd.DataFrame, explored: pd.DataFrame | None = None, run=None, eps: Mapping | None = None
+) -> pd.DataFrame:
     """The report's table: per endpoint the estimate with its interval, seeds (ties), p raw and p_Holm
     in the primary family, the power at the seeds run (planned d_z; observed d_s), the verdict, and for
-    a bimodal endpoint the seeds that generalise per arm with McNemar's p."""
+    a bimodal endpoint the seeds that generalise per arm with McNemar's p.
+
+    With confirmatory seeds (``explored``: :func:`all_seeds`; ``run``: the confirmatory seeds in the
+    data; ``eps``: the endpoints, in their order): two rows per endpoint, first the confirmatory test
+    (``decided``: on those seeds alone; "no confirmatory seeds run yet" where it has none), then the
+    same contrast on every seed, exploratory, with the p_Holm of its own family and no power."""
+    if explored is None:
+        return pd.DataFrame([{"endpoint": r["text"], **_result_row(r)} for _, r in decided.iterrows()])
+    run = sorted(int(x) for x in (run or ()))
+    from ssa_repro.reports.study import seed_ranges  # (study imports this module)
+
+    conf = decided.set_index("endpoint") if len(decided) else pd.DataFrame()
+    every = explored.set_index("endpoint") if len(explored) else pd.DataFrame()
+    k = len(eps or {})
     rows = []
-    for _, r in decided.iterrows():
-        sc = r["scale"]
-        b = r["binary"]
-        rows.append(
-            {
-                "endpoint": r["text"],
-                "estimate [95%]": f"{paired.fmt(r['estimate'], sc)} [{paired.fmt(r['low'], sc)}, {paired.fmt(r['high'], sc)}]",
-                "margin": paired.fmt(r["margin"], sc) if sc == "log" else f"±{r['margin']:.3g}",
-                "seeds (ties)": f"{int(r['n_seeds'])} ({int(r['ties'])})",
-                "p raw": f"{r['p_value']:.2g}",
-                f"p_Holm (primary, k = {int(r['k'])})": f"{r['p_holm']:.2g}",
-                "power at seeds run: planned d_z": f"{r['power (planned d_z)']:.2f} (d_z {r['planned d_z']:g})",
-                "power at seeds run: observed d_s, ties": f"{r['power (observed d_s, ties)']:.2f}",
-                "generalises (a, b; McNemar p)": (
-                    f"{b['a']}/{b['n']}, {b['b']}/{b['n']} below {b['threshold']:g}; p {b['mcnemar'].p_value:.2g}"
-                    if b
-                    else "—"
-                ),
-                "verdict": r["verdict"],
-            }
+    for name, e in (eps or {}).items():
+        if name not in conf.index and name not in every.index:
+            continue
+        if name in conf.index:
+            r = conf.loc[name]
+            test = f"confirmatory: seeds {seed_ranges(run)} (n = {int(r['n_seeds'])})"
+            rows.append({"endpoint": e["text"], "test": test, **_result_row(r, k=k)})
+        elif run:  # some confirmatory seeds run, none of them for this endpoint
+            rows.append({"endpoint": e["text"], "test": NO_CONFIRMATORY})
+        if name in every.index:
+            r = every.loc[name]
+            test = f"all seeds, exploratory (n = {int(r['n_seeds'])})"
+            text = "" if rows and rows[-1]["endpoint"] == e["text"] else e["text"]
+            rows.append({"endpoint": text, "test": test, **_result_row(r, k=k, exploratory=True)})
+    out = pd.DataFrame(rows)
+    return out.fillna("—") if len(out) else out
+
+
+def _result_row(r, k: int | None = None, exploratory: bool = False) -> dict:
+    """One row of :func:`results_table` (without its endpoint's text); ``exploratory``: a contrast on
+    every seed, in its own family (no p_Holm in the primary family: its own family's beside the dash;
+    its verdict marked exploratory; no power: it is not a test of the endpoint)."""
+    sc = r["scale"]
+    b = r["binary"]
+    k = int(r["k"]) if k is None else k
+    if exploratory:
+        p_holm = f"— (own family `{r['family']}`, k = {int(r['family_k'])}: {r['p_holm']:.2g})"
+        power = ("—", "—")
+    else:
+        p_holm = f"{r['p_holm']:.2g}"
+        power = (
+            f"{r['power (planned d_z)']:.2f} (d_z {r['planned d_z']:g})",
+            f"{r['power (observed d_s, ties)']:.2f}",
         )
-    return pd.DataFrame(rows)
+    return {
+        "estimate [95%]": f"{paired.fmt(r['estimate'], sc)} [{paired.fmt(r['low'], sc)}, {paired.fmt(r['high'], sc)}]",
+        "margin": paired.fmt(r["margin"], sc) if sc == "log" else f"±{r['margin']:.3g}",
+        "seeds (ties)": f"{int(r['n_seeds'])} ({int(r['ties'])})",
+        "p raw": f"{r['p_value']:.2g}",
+        f"p_Holm (primary, k = {k})": p_holm,
+        "power at seeds run: planned d_z": power[0],
+        "power at seeds run: observed d_s, ties": power[1],
+        "generalises (a, b; McNemar p)": (
+            f"{b['a']}/{b['n']}, {b['b']}/{b['n']} below {b['threshold']:g}; p {b['mcnemar'].p_value:.2g}"
+            if b
+            else "—"
+        ),
+        "verdict": f"{r['verdict']}; exploratory" if exploratory else r["verdict"],
+    }

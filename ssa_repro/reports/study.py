@@ -78,7 +78,10 @@ CLAIM_COLUMNS = [
 class Decided:
     """What a report decides from its per-seed frame: the claims and their table, the findings, the
     declared 2 × 2 designs' effects (``designs``), the primary endpoints (``eps``: as declared, filled;
-    ``primaries``: their results, :func:`primary.decide`)."""
+    ``primaries``: their results, :func:`primary.decide`). With the study's ``confirmatory_seeds``
+    (``confirmatory``, as declared): ``primaries`` are decided on those seeds alone (``run``: those in
+    the data; ``earlier``: the data's other seeds, run before the declaration), and ``explored`` holds
+    the same contrasts on every seed, in their own families (:func:`primary.all_seeds`)."""
 
     frame: pd.DataFrame
     claims: list
@@ -87,32 +90,84 @@ class Decided:
     designs: pd.DataFrame = field(default_factory=pd.DataFrame)
     eps: dict = field(default_factory=dict)
     primaries: pd.DataFrame = field(default_factory=pd.DataFrame)
+    confirmatory: list | None = None
+    run: list = field(default_factory=list)
+    earlier: list = field(default_factory=list)
+    explored: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def decide(paths: dict[str, Path], setup: dict | None = None) -> Decided:
     """From the published per-seed CSVs and the study's file (``setup``: its ``claims:``,
-    ``factorials:`` and ``primary:`` sections): every decision the report prints. The primary endpoints
-    leave their claim's or design's Holm family for the family ``primary`` (one Holm p per contrast)."""
+    ``factorials:``, ``primary:`` and ``confirmatory_seeds`` sections): every decision the report prints.
+    The primary endpoints leave their claim's or design's Holm family for the family ``primary`` (one
+    Holm p per contrast); with ``confirmatory_seeds`` they are decided on those seeds alone
+    (:func:`confirm`) and the full tables keep their contrasts in their own families, exploratory."""
     setup = setup or {}
     frame = paired.read_back(paths)
     ctx = icl.context(frame) if len(frame) else None
     claims = icl.claims(frame, setup.get("claims")) if len(frame) else []
     eps = primary.declared(setup.get("primary"), ctx) if ctx else {}
+    seeds = setup.get("confirmatory_seeds") if eps else None
+    moved = eps if seeds is None else {}  # with confirmatory seeds nothing leaves its family here
     table = (
-        paired.claims_table(frame, claims, families=primary.claim_families(eps)) if claims else pd.DataFrame()
+        paired.claims_table(frame, claims, families=primary.claim_families(moved))
+        if claims
+        else pd.DataFrame()
     )
     designs = (
-        factorial.table(frame, setup.get("factorials"), ctx, primary.design_cells(eps))
+        factorial.table(frame, setup.get("factorials"), ctx, primary.design_cells(moved))
         if ctx
         else pd.DataFrame()
     )
-    primaries = primary.decide(eps, table, designs, frame, claims) if eps else pd.DataFrame()
+    extra = {}
+    if seeds is None:
+        primaries = primary.decide(eps, table, designs, frame, claims) if eps else pd.DataFrame()
+    else:
+        primaries, extra = confirm(eps, seeds, frame, claims, setup.get("factorials"), ctx)
+        extra["explored"] = primary.all_seeds(eps, table, designs, frame, claims)
     if len(table):
         per_claim = table.groupby("claim", sort=False).verdict.agg(lambda v: paired.claim_verdict(list(v)))
         table["claim_verdict"] = table.claim.map(per_claim)
-    exploratory = table[table.family != primary.FAMILY] if len(table) else table
+    if not len(table):
+        exploratory = table
+    elif seeds is None:
+        exploratory = table[table.family != primary.FAMILY]
+    else:
+        exploratory = without_endpoints(table, eps)
     found = paired.findings(exploratory, n=5, first=["architecture"]) if len(table) else pd.DataFrame()
-    return Decided(frame, claims, table, found, designs, eps, primaries)
+    return Decided(frame, claims, table, found, designs, eps, primaries, **extra)
+
+
+def confirm(
+    eps: dict, seeds, frame: pd.DataFrame, claims: list, factorials: dict | None, ctx
+) -> tuple[pd.DataFrame, dict]:
+    """The primary endpoints decided on the confirmatory ``seeds`` alone (:func:`primary.decide` on the
+    endpoints' claims and designs recomputed on the per-seed frame restricted to those seeds; the claims
+    as built from the whole frame, the templates filled from its values ``ctx``). Returns (the results,
+    :class:`Decided`'s ``confirmatory``, ``run`` and ``earlier``); no confirmatory seed in the data: no
+    results."""
+    wanted = sorted(int(s) for s in seeds)
+    sub = frame[frame.seed.astype(int).isin(wanted)]
+    run = sorted(int(s) for s in sub.seed.unique())
+    earlier = sorted(int(s) for s in frame.seed.unique() if int(s) not in set(wanted))
+    extra = {"confirmatory": wanted, "run": run, "earlier": earlier}
+    if not len(sub):
+        return pd.DataFrame(), extra
+    keys = {e["claim"] for e in eps.values() if "claim" in e}
+    mine = [c for c in claims if c.key in keys]
+    table = paired.claims_table(sub, mine, families=primary.claim_families(eps)) if mine else pd.DataFrame()
+    used = {e["factorial"] for e in eps.values() if "factorial" in e}
+    designs = factorial.table(
+        sub, {k: v for k, v in (factorials or {}).items() if k in used}, ctx, primary.design_cells(eps)
+    )
+    return primary.decide(eps, table, designs, sub, claims), extra
+
+
+def without_endpoints(table: pd.DataFrame, eps: dict) -> pd.DataFrame:
+    """With confirmatory seeds: the claims table without the primary endpoints' contrasts, which are shown
+    on every seed beside their confirmatory test (the findings do not list them twice)."""
+    keys = set(primary.claim_families(eps))
+    return table[np.array([(c, s) not in keys for c, s in zip(table.claim, table.contrast)], dtype=bool)]
 
 
 def compute(
@@ -180,45 +235,115 @@ def claims_markdown(claims, table: pd.DataFrame) -> list[str]:
 def findings_markdown(
     found: pd.DataFrame, claims, table: pd.DataFrame | None = None, decided: Decided | None = None
 ) -> list[str]:
-    """The findings: the declared primary endpoints first, whatever they say, for SSA or against it;
-    then the exploratory contrasts the rule calls (``found``), or why there are none (with too few
-    seeds the smallest two-sided sign-flip p is 2^(1−n)); then the exploratory SSA contrasts with a raw
-    p < 0.05 that no Holm family calls, for and against SSA alike (:func:`paired.ssa_effects`)."""
-    lines = []
-    if decided is not None and len(decided.primaries):
-        lines += [
-            "**Primary endpoints** (declared after these runs, for the next ones; see *Primary endpoints*):",
-            "",
-        ]
-        for i, (_, r) in enumerate(decided.primaries.iterrows(), 1):
-            sc = r["scale"]
-            if r["claimed_side"] is None:
-                side = ""
-            elif r["about_ssa"]:
-                side = " — estimate on SSA's side" if r["claimed_side"] else " — **estimate against SSA**"
-            else:
-                side = (
-                    " — estimate on the claimed side"
-                    if r["claimed_side"]
-                    else " — estimate against the claim"
-                )
-            b = r["binary"]
-            gen = (
-                f"; seeds generalising (error < {b['threshold']:g}): a {b['a']}/{b['n']}, b {b['b']}/{b['n']}, "
-                f"McNemar p {b['mcnemar'].p_value:.2g}"
-                if b
-                else ""
-            )
-            lines.append(
-                f"{i}. **{r['text']}** = {paired.fmt(r['estimate'], sc)} [{paired.fmt(r['low'], sc)}, "
-                f"{paired.fmt(r['high'], sc)}], p_Holm {r['p_holm']:.2g} (primary, k = {int(r['k'])}), "
-                f"{int(r['n_seeds'])} seeds, {int(r['seeds_worse'])} against the claimed direction{gen}: "
-                f"**{r['verdict']}**{side}; power at these seeds {r['power (observed d_s, ties)']:.2f} "
-                f"(observed d_s), {r['power (planned d_z)']:.2f} (planned d_z {r['planned d_z']:g})."
-            )
+    """The findings: the declared primary endpoints first, whatever they say, for SSA or against it
+    (with confirmatory seeds: the confirmatory result and beside it the same contrast on every seed,
+    exploratory); then the exploratory contrasts the rule calls (``found``), or why there are none (with
+    too few seeds the smallest two-sided sign-flip p is 2^(1−n)); then the exploratory SSA contrasts with
+    a raw p < 0.05 that no Holm family calls, for and against SSA alike (:func:`paired.ssa_effects`)."""
+    lines = primary_findings(decided) if decided is not None else []
+    if lines:
         lines += ["", "**Exploratory** (each within its own Holm family; the rule's calls):", ""]
+    if decided is not None and decided.confirmatory is not None and table is not None and len(table):
+        table = without_endpoints(table, decided.eps)  # the endpoints' contrasts: listed above
     lines += _called_lines(found, claims, table)
     return lines + paired.ssa_effect_lines(table, claims)
+
+
+def primary_findings(decided: Decided) -> list[str]:
+    """The findings' first part, the declared primary endpoints whatever they say, for SSA or against
+    it (every report's: ICL and early): each decided in the family ``primary``, or, with confirmatory
+    seeds, on those seeds alone beside the same contrast on every seed (:func:`confirmatory_findings`);
+    [] without endpoints found."""
+    if decided.confirmatory is not None:
+        return confirmatory_findings(decided) if len(decided.primaries) or len(decided.explored) else []
+    if not len(decided.primaries):
+        return []
+    lines = [
+        "**Primary endpoints** (declared after these runs, for the next ones; see *Primary endpoints*):",
+        "",
+    ]
+    for i, (_, r) in enumerate(decided.primaries.iterrows(), 1):
+        lines.append(f"{i}. {_primary_line(r)}")
+    return lines
+
+
+def _side(r) -> str:
+    """Which side an endpoint's estimate is on: SSA's or against it, or the claim's."""
+    if r["claimed_side"] is None:
+        return ""
+    if r["about_ssa"]:
+        return " — estimate on SSA's side" if r["claimed_side"] else " — **estimate against SSA**"
+    return " — estimate on the claimed side" if r["claimed_side"] else " — estimate against the claim"
+
+
+def _generalising(b) -> str:
+    return (
+        f"; seeds generalising (error < {b['threshold']:g}): a {b['a']}/{b['n']}, b {b['b']}/{b['n']}, "
+        f"McNemar p {b['mcnemar'].p_value:.2g}"
+        if b
+        else ""
+    )
+
+
+def _primary_line(r) -> str:
+    """A finding of one endpoint decided in the family ``primary`` (:func:`primary.decide`'s row)."""
+    sc = r["scale"]
+    return (
+        f"**{r['text']}** = {paired.fmt(r['estimate'], sc)} [{paired.fmt(r['low'], sc)}, "
+        f"{paired.fmt(r['high'], sc)}], p_Holm {r['p_holm']:.2g} (primary, k = {int(r['k'])}), "
+        f"{int(r['n_seeds'])} seeds, {int(r['seeds_worse'])} against the claimed direction"
+        f"{_generalising(r['binary'])}: **{r['verdict']}**{_side(r)}; power at these seeds "
+        f"{r['power (observed d_s, ties)']:.2f} (observed d_s), {r['power (planned d_z)']:.2f} (planned d_z "
+        f"{r['planned d_z']:g})."
+    )
+
+
+def _explored_text(r) -> str:
+    """An endpoint's contrast on every seed (:func:`primary.all_seeds`'s row), exploratory."""
+    sc = r["scale"]
+    return (
+        f"{paired.fmt(r['estimate'], sc)} [{paired.fmt(r['low'], sc)}, {paired.fmt(r['high'], sc)}], "
+        f"p raw {r['p_value']:.2g}, p_Holm {r['p_holm']:.2g} (its own family `{r['family']}`, "
+        f"k = {int(r['family_k'])}), {int(r['n_seeds'])} seeds, {int(r['seeds_worse'])} against the claimed "
+        f"direction{_generalising(r['binary'])}: {r['verdict']}{_side(r)}"
+    )
+
+
+def confirmatory_findings(decided: Decided) -> list[str]:
+    """The primary endpoints' findings with confirmatory seeds: per endpoint its confirmatory result
+    (on those seeds alone; "no confirmatory seeds run yet" where there is none) and the same contrast
+    on every seed, exploratory."""
+    declared = seed_ranges(decided.confirmatory)
+    before = f"after seeds {seed_ranges(decided.earlier)} were run and " if decided.earlier else ""
+    if decided.run:
+        head = (
+            f"**Primary endpoints** (declared {before}before seeds {declared}; decided on the confirmatory "
+            f"seeds alone, {seed_ranges(decided.run)}; beside each, the same contrast on every seed, "
+            "exploratory; see *Primary endpoints*):"
+        )
+    else:
+        head = (
+            f"**Primary endpoints** (declared {before}before seeds {declared}: "
+            f"{primary.NO_CONFIRMATORY}, so none is decided; the estimates on the seeds run, exploratory; "
+            "see *Primary endpoints*):"
+        )
+    conf = decided.primaries.set_index("endpoint") if len(decided.primaries) else pd.DataFrame()
+    every = decided.explored.set_index("endpoint") if len(decided.explored) else pd.DataFrame()
+    lines = [head, ""]
+    i = 0
+    for name, e in decided.eps.items():
+        if name not in conf.index and name not in every.index:
+            continue
+        i += 1
+        if name in conf.index:
+            r = conf.loc[name]
+            line = f"{i}. Confirmatory (seeds {seed_ranges(decided.run)}): {_primary_line(r)}"
+        else:
+            line = f"{i}. **{e['text']}**: {primary.NO_CONFIRMATORY} (seeds {declared} declared)."
+        if name in every.index:
+            line += f" All seeds (exploratory): {_explored_text(every.loc[name])}."
+        lines.append(line)
+    return lines
 
 
 def _called_lines(found: pd.DataFrame, claims, table: pd.DataFrame | None) -> list[str]:
@@ -665,7 +790,7 @@ def primary_lines(decided: Decided) -> list[str]:
     lines = [
         "## Primary endpoints",
         "",
-        primary.NOTE,
+        primary.note(decided.confirmatory, decided.run, decided.earlier),
         "",
         f"Power analysis (`stats.plan_table`): for each of the k = {k} endpoints the seeds needed for ≥ 80% "
         f"power at Holm's first level α/k = {0.05 / k:.4g}, for the continuous outcome (exact sign-flip test "
@@ -675,7 +800,27 @@ def primary_lines(decided: Decided) -> list[str]:
         markdown_table(primary.plan(decided.eps, k)),
         "",
     ]
-    if len(decided.primaries):
+    if decided.confirmatory is not None and (len(decided.primaries) or len(decided.explored)):
+        declared = seed_ranges(decided.confirmatory)
+        lines += [
+            (
+                f"Results (b − a): per endpoint the confirmatory test on seeds {seed_ranges(decided.run)} "
+                f"alone (of {declared}, declared; the power at those seeds for the planned d_z, and for "
+                "differences like the observed ones with their ties, `stats.power_sign_flip`), then the "
+                "same contrast on every seed, exploratory: its p_Holm is its own claim's or design's "
+                "family's, and it decides nothing."
+                if decided.run
+                else f"Results (b − a): {primary.NO_CONFIRMATORY} (seeds {declared} declared), so no "
+                "endpoint is decided; per endpoint the same contrast on the seeds run, exploratory: its "
+                "p_Holm is its own claim's or design's family's, and it decides nothing."
+            ),
+            "",
+            markdown_table(
+                primary.results_table(decided.primaries, decided.explored, decided.run, decided.eps)
+            ),
+            "",
+        ]
+    elif len(decided.primaries):
         lines += [
             "Results at the seeds run (b − a; the power at those seeds for the planned d_z, and for "
             "differences like the observed ones with their ties, `stats.power_sign_flip`):",
@@ -683,10 +828,11 @@ def primary_lines(decided: Decided) -> list[str]:
             markdown_table(primary.results_table(decided.primaries)),
             "",
         ]
+    shown = decided.primaries if len(decided.primaries) else decided.explored
     bimodal = [e for e in decided.eps.values() if "threshold" in e]
-    if bimodal and len(decided.primaries):
+    if bimodal and len(shown):
         e = bimodal[0]
-        r = decided.primaries[decided.primaries.text == e["text"]]
+        r = shown[shown.text == e["text"]]
         margin = float(r.margin.iloc[0]) if len(r) else 0.05
         lines += [
             "Bimodal endpoints (a seed generalises or it does not) decide “within ±m” by the robust rule "
