@@ -349,6 +349,22 @@ def test_power_paired_is_the_noncentral_t():
     assert power_paired(1.0, n) >= 0.8 > power_paired(1.0, n - 1)
 
 
+def test_power_paired_equals_one_statsmodels_call_per_seed_count():
+    """power_paired computes a d_z's power curve in blocks of seed counts (power._power_block, kept):
+    the same float, bit for bit, as TTestPower's power called for that one n (the reports' "seeds for
+    80%" counts n up against it), across blocks, levels α/k and effects up to where statsmodels
+    returns NaN; a float n takes the single call."""
+    from statsmodels.stats.power import TTestPower
+
+    for dz in (0.01, 0.23, -0.7, 1.0, 3.3, 40.0, 400.0):
+        for alpha in (0.05, 0.05 / 3, 0.05 / 14):
+            for n in [*range(2, 80), 129, 130, 131, 500]:
+                want = 0.0 if 2.0 ** (1 - n) >= alpha else TTestPower().power(abs(dz), n, alpha)
+                got = power_paired(dz, n, alpha)
+                assert got == want or (math.isnan(got) and math.isnan(want)), (dz, alpha, n)
+    assert power_paired(0.5, 10.0) == TTestPower().power(0.5, 10.0, 0.05)
+
+
 # ---- tables
 
 

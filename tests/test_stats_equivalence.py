@@ -153,3 +153,54 @@ def test_reviewer_bimodal_figures_and_the_robust_rule():
     # ... and the robust rule does call equivalence when there is none to find and seeds enough
     r = simulate_equivalence(40, 0.0, 0.05, model="normal", sd=0.01, n_sim=300, n_boot=300, seed=2)
     assert r["within_robust"] > 0.8
+
+
+def _loop_verdicts(d, low, high, p, *, margin, alpha, threshold, max_jump):
+    """The per-contrast tallies simulate_equivalence kept before its column-wise version: each row's
+    Contrast through verdict (both variants) and robust_verdict."""
+    counts = dict.fromkeys((YES, CONTRADICTED, WITHIN, UNDERPOWERED), 0)
+    nonzero_within = within_robust = 0
+    for i in range(len(d)):
+        c = Contrast(float(d[i].mean()), low[i], high[i], float(p[i]), d.shape[1], tuple(d[i]))
+        counts[verdict(c, margin=margin, claimed_sign=1, alpha=alpha)] += 1
+        nonzero_within += (
+            verdict(c, margin=margin, claimed_sign=1, alpha=alpha, inside_margin=True) == NONZERO_WITHIN
+        )
+        within_robust += (
+            robust_verdict(
+                c, margin=margin, claimed_sign=1, threshold=threshold, max_jump=max_jump, alpha=alpha
+            )
+            == WITHIN
+        )
+    return counts, nonzero_within, within_robust
+
+
+def test_the_simulated_verdicts_are_the_per_contrast_rule():
+    """simulate_equivalence tallies its verdicts column-wise (equivalence._simulated_verdicts): the
+    same counts, exactly, as verdict, its inside_margin variant and robust_verdict called on each
+    simulated contrast (the committed reports' simulated table depends on it), over cases that between
+    them reach every tally."""
+    from ssa_repro.stats import equivalence
+    from ssa_repro.stats.power import seed_bootstrap_many, sign_flip_p_many
+
+    cases = [  # n, effect, sd, jump, margin
+        (6, 0.05, 0.025, 0.5, 0.05),  # the reports' table: plain "within" often, robust never
+        (40, 0.0, 0.01, 0.5, 0.05),  # contradicted, within, underpowered
+        (40, 0.03, 0.01, 0.1, 0.05),  # yes, and "non-zero, within ±m"
+        (40, 0.0, 0.005, 0.02, 0.05),  # the robust rule calls "within"
+        (3, 0.1, 0.2, 0.5, 0.5),  # few seeds, robust "within" with a wide margin
+    ]
+    seen = dict.fromkeys((YES, CONTRADICTED, WITHIN, UNDERPOWERED, NONZERO_WITHIN, "within_robust"), 0)
+    for n, effect, sd, jump, margin in cases:
+        rng = np.random.default_rng(n)
+        x = rng.normal(effect - 0.1 * jump, sd, (400, n)) + jump * (rng.random((400, n)) < 0.1)
+        low, high = seed_bootstrap_many(x, n_boot=300, rng=rng)
+        p = sign_flip_p_many(x, rng=rng)
+        kw = dict(margin=margin, alpha=0.05, threshold=abs(jump) / 2, max_jump=abs(jump))
+        fast = equivalence._simulated_verdicts(x, low, high, p, **kw)
+        assert fast == _loop_verdicts(x, low, high, p, **kw), (n, effect, sd, jump, margin)
+        counts, nonzero_within, within_robust = fast
+        assert sum(counts.values()) == 400
+        for k, v in [*counts.items(), (NONZERO_WITHIN, nonzero_within), ("within_robust", within_robust)]:
+            seen[k] += v
+    assert all(seen.values()), seen

@@ -331,3 +331,34 @@ def test_the_lock_is_released_after_a_failed_or_interrupted_study(tmp_path, monk
     assert probe.returncode == 0, probe.stderr  # another process can take the folder now
     monkeypatch.setattr(study, "run_one", fake_rows)
     study.run("tiny", root, n_jobs=1, conf_dir=tmp_path)  # and so can this one, again
+
+
+def test_a_job_config_is_composed_once_and_again_after_a_config_file_changes(tmp_path, monkeypatch):
+    """study._compose keeps each job's composed config (problems, run_one and a resumed study in one
+    process asked for it again and again): the same config as Hydra's compose, a fresh copy each call
+    (changing one changes no later one), and composed anew once a file under the config folder
+    changes."""
+    import shutil
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    conf = tmp_path / "conf"
+    shutil.copytree(study.CONF_DIR, conf)
+    monkeypatch.setattr(study, "CONF_DIR", conf)
+    job = study.Job("core", "lin", "softmax", "small", 1.0, 3, ("task=linear", "train.lr=0.003", "seed=3"))
+    calls = []
+    monkeypatch.setattr(study, "compose", lambda *a, **k: calls.append(a) or compose(*a, **k))
+    first = study._compose(job)
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        fresh = compose("train", overrides=list(job.overrides))
+    assert OmegaConf.to_yaml(first) == OmegaConf.to_yaml(fresh) and OmegaConf.is_struct(first)
+    first.train.lr = 1.0
+    again = study._compose(job)
+    assert again.train.lr == 0.003 and len(calls) == 1  # a copy of the kept one: no second compose
+    other = study._compose(study.Job("core", "lin", "softmax", "small", 1.0, 4, ("task=linear", "seed=4")))
+    assert other.seed == 4 and len(calls) == 2
+    (conf / "train" / "default.yaml").write_text(
+        (conf / "train" / "default.yaml").read_text() + "\ngrad_clip: 0.25\n"
+    )
+    assert study._compose(job).train.grad_clip == 0.25 and len(calls) == 3

@@ -23,6 +23,8 @@ stored per step, so ``steps`` gives learning curves.
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import logging
 import signal
 import sys
@@ -261,8 +263,7 @@ def problems(study: DictConfig, todo: list[Job]) -> list[str]:
         if key in seen:
             continue
         seen.add(key)
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("train", overrides=list(job.overrides))
+        cfg = _compose(job)  # (kept: run_one of the setting's first job composes no more)
         chosen = evaluations(study, str(cfg.task.name), job.group)
         found = (
             train_problems(cfg)
@@ -567,8 +568,28 @@ ENSEMBLE_MODES = ("auto", "on", "off")
 
 
 def _compose(job: Job) -> DictConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=list(job.overrides))
+    """The job's training config, composed once per process for its overrides while the files under
+    ``CONF_DIR`` are unchanged (their names, sizes and modification times), a copy each call: the
+    pre-check (:func:`problems`), the job loop (:func:`run_one`) and a resumed study in the same
+    process (nothing left to do) composed every job again (~0.5 s each)."""
+    return copy.deepcopy(_composed(str(CONF_DIR), tuple(job.overrides), _conf_state(CONF_DIR)))
+
+
+def _conf_state(conf_dir: Path) -> tuple:
+    """What composing reads from ``conf_dir``: each file's path, size and modification time."""
+    out = []
+    for path in sorted(Path(conf_dir).rglob("*")):
+        if path.is_file():
+            st = path.stat()
+            out.append((str(path), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _composed(conf_dir: str, overrides: tuple[str, ...], state: tuple) -> DictConfig:
+    """(``state``: :func:`_conf_state`, part of the key: an edited config file composes anew)."""
+    with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+        return compose("train", overrides=list(overrides))
 
 
 def _on_cuda(todo: list[Job]) -> bool:

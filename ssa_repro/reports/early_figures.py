@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ssa_repro.core import plotting
 from ssa_repro.core.plotting import plt, save
 from ssa_repro.evaluation.zorro import PAPER_TABLE3
 from ssa_repro.reports.early_cells import CHANCE, MEAN_12, MEAN_ALL, SPLIT_TEXT, main_group
@@ -37,6 +38,8 @@ def zorro_curves_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
     if g is None or z[z.group == g].step.nunique() < 2:
         return None
     z = z[z.group == g]
+    if not plotting.enabled():  # saving off (plotting.saving): the path it would write, nothing built
+        return figdir / "zorro_curves.png"
     short = SHORT
     items = [MEAN_12, MEAN_ALL, *PAPER12]
     fig, axes = plt.subplots(4, 4, figsize=(11, 8.5), sharex=True)
@@ -74,6 +77,8 @@ def table3_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
         return None
     z = z[z.group == g]
     z = z[z.step == z.step.max()]
+    if not plotting.enabled():  # saving off (plotting.saving): the path it would write, nothing built
+        return figdir / "zorro_table3.png"
     short = SHORT
     items = [*PAPER12, MEAN_12, MEAN_ALL]
     scorers = _scorer_order(z.scorer)
@@ -123,6 +128,8 @@ def perplexity_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
         panels.append(("masked LM: held-out loss (nats)", m[m.group == gm], False))
     if not panels:
         return None
+    if not plotting.enabled():  # saving off (plotting.saving): the path it would write, nothing built
+        return figdir / "perplexity_curves.png"
     fig, axes = plt.subplots(1, len(panels), figsize=(3.1 * len(panels), 2.7), squeeze=False)
     for ax, (title, s, logy) in zip(axes[0], panels):
         for j, sc in enumerate(_scorer_order(s.scorer)):
@@ -155,6 +162,8 @@ def regime_figure(frame: pd.DataFrame, figdir: Path) -> Path | None:
     ]
     if z.empty or z.step.nunique() < 2:
         return None
+    if not plotting.enabled():  # saving off (plotting.saving): the path it would write, nothing built
+        return figdir / "regime.png"
     fig, ax = plt.subplots(figsize=(5, 3))
     for j, ((group, arch), g) in enumerate(z.groupby(["group", "arch"], sort=False)):
         g = g[g.seed == g.seed.min()]

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ssa_repro.core import plotting
 from ssa_repro.core.plotting import plt, save
 from ssa_repro.reports import paired
 from ssa_repro.reports.icl import ladder_cells
@@ -41,6 +42,8 @@ def dots(
     reference lines ``refs`` (label → value)."""
     if frame.empty:
         return None
+    if not plotting.enabled():  # saving off (plotting.saving): the path it would write, nothing built
+        return Path(path)
     xs = list(order) if order is not None else list(dict.fromkeys(frame[x]))
     hues = list(dict.fromkeys(frame[hue]))
     fig, ax = plt.subplots(figsize=(max(4.0, 0.55 * len(xs) * len(hues) + 1.5), 3.0))
@@ -72,7 +75,7 @@ def dots(
     ax.legend(fontsize=6)
     fig.tight_layout()
     save(fig, path, formats=("png",), dpi=100)
-    return Path(path)  # the figure's path also where saving is off (plotting.saving: a dry render)
+    return Path(path)
 
 
 def shift_figure(frame: pd.DataFrame, task: str, out: Path, base: tuple[str, str] = BASE) -> Path | None:
@@ -123,6 +126,8 @@ def deviant_grid_figure(
         return None
     parts = d.summary.str.extract(r"sign=(\w+) M=([\d.e+]+) k=(\d+)")
     d = d.assign(sign=parts[0], M=parts[1].astype(float), k=parts[2].astype(int))
+    if not plotting.enabled():  # saving off (plotting.saving): the path it would write, nothing built
+        return out / f"deviant_{task}{_suffix(base)}.png"
     panels = list(d.groupby(["scorer", "sign"], sort=True))
     fig, axs = plt.subplots(1, len(panels), figsize=(2.6 * len(panels) + 0.8, 2.8), squeeze=False)
     for a, ((scorer, sign), p) in zip(axs[0], panels):

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ssa_repro import stats
+from ssa_repro.core import plotting
 from ssa_repro.core.plotting import plt, save
 from ssa_repro.reports.icl_frame import ARCH_TEXT, QUANT, TASK_TEXT
 
@@ -93,6 +94,8 @@ def length_figure(frame: pd.DataFrame, task: str, out: Path) -> Path | None:
     model = c[c.predictor == "model"] if len(c) else c
     if model.empty:
         return None
+    if not plotting.enabled():  # saving off (plotting.saving): the path it would write, nothing built
+        return out / f"length_{task}.png"
     archs = sorted(set(model.arch))
     fig, axs = plt.subplots(1, len(archs), figsize=(2.4 * len(archs) + 0.6, 2.6), sharey=True, squeeze=False)
     for a, arch in zip(axs[0], archs):

@@ -5,6 +5,7 @@ with ties, :func:`power_sign_flip`) and the seeds it needs (:func:`seeds_needed`
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -125,7 +126,23 @@ def power_paired(effect_sd: float, n_seeds: int, alpha: float = 0.05) -> float:
         raise ValueError(f"n_seeds={n_seeds!r} must be at least 2")
     if 2.0 ** (1 - n_seeds) >= alpha:
         return 0.0
+    if isinstance(n_seeds, (int, np.integer)) and isinstance(effect_sd, (int, float)):
+        block, at = divmod(int(n_seeds) - 2, POWER_BLOCK)
+        return _power_block(abs(float(effect_sd)), float(alpha), block)[at]
     return float(TTestPower().power(effect_size=abs(effect_sd), nobs=n_seeds, alpha=alpha))
+
+
+POWER_BLOCK = 64  # power_paired computes the power at this many seed counts in one call
+
+
+@functools.lru_cache(maxsize=4096)
+def _power_block(effect_sd: float, alpha: float, block: int) -> tuple[float, ...]:
+    """TTestPower's power for ``effect_sd`` at n = 2 + 64·block … 2 + 64·block + 63 seeds in one
+    (elementwise) call, kept: the reports' seed counts (``seeds_for`` counts n up from 2, one call per n;
+    ``seeds_needed`` doubles and halves) ask for the curve of one d_z at many n. The same numbers as one
+    call per n (tests/test_stats_plan.py compares them)."""
+    n = np.arange(2 + POWER_BLOCK * block, 2 + POWER_BLOCK * (block + 1))
+    return tuple(float(x) for x in TTestPower().power(effect_size=effect_sd, nobs=n, alpha=alpha))
 
 
 def seeds_to_call(k: int = 1, alpha: float = 0.05) -> int:
