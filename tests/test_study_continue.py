@@ -238,3 +238,18 @@ def test_the_setup_table_states_the_sub_matrices_and_their_seeds(tmp_path):
     setup = OmegaConf.to_container(study.load("icl_cpu"))
     table = "\n".join(report.setup_lines(setup))
     assert "| every_num × postln: seeds 8–29 |" in table and "| every_num: seeds 10–29 |" in table
+
+
+def test_the_index_finds_its_run_folders_from_another_working_directory(tmp_path, monkeypatch):
+    """index.csv's run_dir is relative to where the study ran (outputs/study/<name>/runs/...); a report
+    made from another directory reads the folders under its root, not nothing."""
+    root = tmp_path / "elsewhere" / "outputs" / "study" / "s"
+    (root / "runs" / "core" / "job-a").mkdir(parents=True)
+    rows = [
+        {"group": "core", "job": "job-a", "run_dir": "outputs/study/s/runs/core/job-a", "evaluation": "g"},
+        {"group": "core", "job": "job-b", "run_dir": "outputs/study/s/runs/core/job-b", "evaluation": "g"},
+    ]
+    pd.DataFrame(rows).to_csv(root / "index.csv", index=False)
+    monkeypatch.chdir(tmp_path)
+    index = report.read_index(root)
+    assert list(index.run_dir) == [str(root / "runs" / "core" / "job-a"), "outputs/study/s/runs/core/job-b"]

@@ -411,7 +411,16 @@ computed from, so ``--from-csv`` regenerates the report without the run folders 
 def read_index(root: Path) -> pd.DataFrame | None:
     """``<root>/index.csv`` (job → run folder, evaluations), or None where no job has been indexed."""
     path = Path(root) / "index.csv"
-    return pd.read_csv(path) if path.exists() else None
+    if not path.exists():
+        return None
+    index = pd.read_csv(path)
+    if {"group", "job", "run_dir"} <= set(index.columns):
+        # A run folder is where the study keeps it, <root>/runs/<group>/<job>: the index's run_dir was
+        # written relative to the directory the study ran from, which a report made from elsewhere (or a
+        # study folder moved) does not share; read from there, the cells would silently be missing.
+        here = [Path(root) / "runs" / str(g) / str(j) for g, j in zip(index.group, index.job)]
+        index["run_dir"] = [str(h) if h.is_dir() else d for h, d in zip(here, index.run_dir)]
+    return index
 
 
 def run_inputs(root: Path, index: pd.DataFrame | None, missing: list[str], paths: dict[str, Path]) -> dict:
