@@ -227,7 +227,8 @@ def decide(paths: Mapping[str, Path], setup: Mapping | None = None) -> Decided:
         exploratory = table[table.family != primary.FAMILY] if eps else table
     else:
         exploratory = without_endpoints(table, eps)
-    found = paired.findings(exploratory, n=5) if len(table) else pd.DataFrame()
+    ssa = [c.key for c in found_claims if c.contrast_text.startswith("SSA")]  # called SSA rows: always shown
+    found = paired.findings(exploratory, n=5, keep=ssa) if len(table) else pd.DataFrame()
     return Decided(frame, found_claims, table, found, pd.DataFrame(), eps, primaries, **extra)
 
 

@@ -356,22 +356,32 @@ def contrast_text(row) -> str:
     )
 
 
-def findings(table: pd.DataFrame, n: int = 5, first: Sequence[str] = ()) -> pd.DataFrame:
+def findings(
+    table: pd.DataFrame, n: int = 5, first: Sequence[str] = (), keep: Sequence[str] = ()
+) -> pd.DataFrame:
     """The headline contrasts, by rule: those the decision rule calls (verdict "yes" or "contradicted"),
-        ranked by |estimate| / margin (the effect in units of what matters for the metric), at most one per
-        claim (its largest); the claims whose key starts with one in ``first`` (e.g. the architecture's) lead
-    when called. At
-        most ``n`` rows."""
+    ranked by |estimate| / margin (the effect in units of what matters for the metric), at most one per
+    claim (its largest); the claims whose key starts with one in ``first`` (e.g. the architecture's) lead
+    when called. At most ``n`` rows, and after them every called row of the claims in ``keep`` (the SSA
+    claims: an effect for or against SSA that the rule calls is never left out of the findings)."""
     if table.empty:
         return table
     called = table[table.verdict.isin([stats.YES, stats.CONTRADICTED])].copy()
     if called.empty:
         return called
+    kept = called[called.claim.isin(list(keep))]
+    called = called[~called.claim.isin(list(keep))]
+    if called.empty:
+        return kept
     called["strength"] = called.estimate.abs() / called.margin.where(called.margin > 0, np.nan)
     called["topic"] = called.claim.str.split(":").str[0]  # "architecture: postln" → "architecture"
     best = called.sort_values("strength", ascending=False).groupby("topic", sort=False).head(1)
     best["lead"] = [next((i for i, f in enumerate(first) if c.startswith(f)), len(first)) for c in best.claim]
-    return best.sort_values(["lead", "strength"], ascending=[True, False]).head(n)
+    best = best.sort_values(["lead", "strength"], ascending=[True, False]).head(n)
+    if kept.empty:
+        return best
+    kept = kept.assign(strength=kept.estimate.abs() / kept.margin.where(kept.margin > 0, np.nan))
+    return pd.concat([best, kept.sort_values("strength", ascending=False)])
 
 
 def ssa_effects(table: pd.DataFrame, claims: Sequence[Claim], alpha: float = 0.05) -> pd.DataFrame:

@@ -134,7 +134,10 @@ def decide(paths: dict[str, Path], setup: dict | None = None) -> Decided:
         exploratory = table[table.family != primary.FAMILY]
     else:
         exploratory = without_endpoints(table, eps)
-    found = paired.findings(exploratory, n=5, first=["architecture"]) if len(table) else pd.DataFrame()
+    ssa = [c.key for c in claims if c.contrast_text.startswith("SSA")]  # called SSA rows: always shown
+    found = (
+        paired.findings(exploratory, n=5, first=["architecture"], keep=ssa) if len(table) else pd.DataFrame()
+    )
     return Decided(frame, claims, table, found, designs, eps, primaries, **extra)
 
 
