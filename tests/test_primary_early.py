@@ -111,10 +111,12 @@ def test_without_primary_the_early_report_decides_as_before(frame):
     del setup["primary"]
     d = early.decide(_paths(), setup)
     assert d.primaries.empty and primary.FAMILY not in set(d.table.family)
-    committed = pd.read_csv(SRC.parent / "early_cpu_claims.csv", keep_default_na=False)
-    assert list(d.table.family) == list(committed.family)  # the committed report's (no primary)
-    p_holm = pd.to_numeric(committed.p_holm).to_numpy()
-    assert d.table.p_holm.to_numpy() == pytest.approx(p_holm, rel=1e-5, nan_ok=True)
+    # each claim's family is Holm-corrected on its own (statsmodels), the endpoints back in theirs
+    judged = d.table[d.table.family.astype(str) != ""].dropna(subset=["p_value"])
+    assert {"zorro holistic mean23", "mlm loss"} <= set(judged.family)
+    for _, fam in judged.groupby("family"):
+        holm = multipletests(fam.p_value.to_numpy(float), method="holm")[1]
+        assert fam.p_holm.to_numpy(float) == pytest.approx(holm, rel=1e-9)
     assert early.findings_markdown(d.found, d.claims, d.frame, d.table, d) == early.findings_markdown(
         d.found, d.claims, d.frame, d.table
     )
