@@ -154,7 +154,7 @@ def test_published_jobs_count_as_trained_in_the_missing_lines_and_the_inputs_are
     assert joined["runs"]["starts_by_device"] == {"cpu": 5}
     assert joined["runs"]["dirty_commits"] == ["bbbbbbb"] and joined["runs"]["dirty_runs"] == 1
     assert joined["missing"] == ["(before the continuation) group `core`: 4 of 6 jobs trained and indexed"]
-    assert joined["continued"]["from"] == str(prior) and joined["continued"]["earlier"]["wall_seconds"] == [
+    assert joined["continued"]["from"] == report.shown_path(prior) and joined["continued"]["earlier"]["wall_seconds"] == [
         100.0
     ]
     # joined again with the same run folder (the report published, then made again): nothing twice
@@ -253,3 +253,11 @@ def test_the_index_finds_its_run_folders_from_another_working_directory(tmp_path
     monkeypatch.chdir(tmp_path)
     index = report.read_index(root)
     assert list(index.run_dir) == [str(root / "runs" / "core" / "job-a"), "outputs/study/s/runs/core/job-b"]
+
+
+def test_a_published_record_names_no_machine_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert report.shown_path(Path("docs/results/x")) == "docs/results/x"
+    assert report.shown_path(tmp_path / "docs" / "results" / "x") == "docs/results/x"
+    assert report.shown_path(Path("/elsewhere/checkout/docs/results/x")) == "docs/results/x"
+    assert report.shown_path(Path("/elsewhere/folder")) == "folder"

@@ -603,6 +603,20 @@ def root_id(root: Path) -> str | None:
     return path.read_text().strip()
 
 
+def shown_path(path: Path) -> str:
+    """``path`` as a published record states it: relative to the working directory where it lies inside
+    it, else from its ``docs/`` part (a report's folder in another checkout), else its name alone (no
+    machine's absolute path in a committed file)."""
+    path = Path(path)
+    if not path.is_absolute():
+        return str(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        parts = path.parts
+        return str(Path(*parts[parts.index("docs") :])) if "docs" in parts else path.name
+
+
 def continued_inputs(prior: dict, new: dict, source: Path, root: Path | None = None) -> dict:
     """The :data:`INPUTS` record of a continued study: the published record ``prior`` and this session's
     ``new`` one (from the run folder ``root``) joined: wall times one after the other, runs summed
@@ -621,7 +635,7 @@ def continued_inputs(prior: dict, new: dict, source: Path, root: Path | None = N
     if prior.get("reconstructed"):
         out["reconstructed"] = prior["reconstructed"]
     earlier = {k: v for k, v in prior.items() if k != "per_seed"}
-    out["continued"] = {"from": str(source), "root_id": ident, "earlier": earlier}
+    out["continued"] = {"from": shown_path(source), "root_id": ident, "earlier": earlier}
     return out
 
 
