@@ -39,6 +39,7 @@ import pandas as pd
 from ssa_repro import stats
 from ssa_repro.reports import claims as claims_engine
 from ssa_repro.reports import paired
+from ssa_repro.reports.tables import seed_ranges
 
 FAMILY = "primary"
 KEYS = (
@@ -69,10 +70,8 @@ def note(confirmatory=None, run=(), earlier=()) -> str:
     confirmatory ones, which alone decide them (``run``: those of them in the data)."""
     if confirmatory is None:
         return NOTE
-    from ssa_repro.reports.study import seed_ranges as seed_text  # (study imports this module)
-
-    declared = seed_text(confirmatory)
-    before = f"after seeds {seed_text(earlier)} had been run" if len(earlier) else "after the first runs"
+    declared = seed_ranges(confirmatory)
+    before = f"after seeds {seed_ranges(earlier)} had been run" if len(earlier) else "after the first runs"
     head = (
         f"These endpoints were declared (issue 38) {before}, partly in view of what those seeds showed, "
         f"and before the confirmatory seeds {declared} were run. "
@@ -85,7 +84,7 @@ def note(confirmatory=None, run=(), earlier=()) -> str:
             "exploratory, each contrast corrected within its own stated family."
         )
     return head + (
-        f"Each endpoint is decided on the confirmatory seeds alone ({seed_text(run)}: "
+        f"Each endpoint is decided on the confirmatory seeds alone ({seed_ranges(run)}: "
         f"{len(run)} of the {len(confirmatory)} declared in the data), Holm over the k endpoints; beside it the "
         "same contrast on every seed, exploratory, in its own claim's or design's family (the earlier "
         "seeds suggested the hypotheses, so they do not test them). Everything else in this report is "
@@ -394,7 +393,6 @@ def results_table(
     if explored is None:
         return pd.DataFrame([{"endpoint": r["text"], **_result_row(r)} for _, r in decided.iterrows()])
     run = sorted(int(x) for x in (run or ()))
-    from ssa_repro.reports.study import seed_ranges  # (study imports this module)
 
     conf = decided.set_index("endpoint") if len(decided) else pd.DataFrame()
     every = explored.set_index("endpoint") if len(explored) else pd.DataFrame()

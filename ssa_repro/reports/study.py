@@ -51,7 +51,7 @@ from ssa_repro.reports import (
     primary,
     provenance,
 )
-from ssa_repro.reports.tables import markdown_table
+from ssa_repro.reports.tables import markdown_table, seed_ranges
 
 CLAIM_COLUMNS = [
     "claim",
@@ -1029,19 +1029,6 @@ def figure_lines(path: Path | None, alt: str, name: str, figs: list) -> list[str
 def section(heading: str, text: str, table: pd.DataFrame | None) -> list[str]:
     body = markdown_table(table) if table is not None and len(table) else "No data yet (see *Missing*)."
     return [f"## {heading}", "", text, "", body, ""]
-
-
-def seed_ranges(seeds) -> str:
-    """Seeds as runs of consecutive integers: [8, 9, 10, 12] → "8–10, 12"."""
-    out, run = [], []
-    for x in sorted(int(v) for v in seeds):
-        if run and x != run[-1] + 1:
-            out.append(f"{run[0]}–{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)))
-            run = []
-        run.append(x)
-    if run:
-        out.append(f"{run[0]}–{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)))
-    return ", ".join(out)
 
 
 def setup_lines(setup: dict) -> list[str]:

@@ -93,3 +93,16 @@ def markdown_table(frame: pd.DataFrame) -> str:
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     body = ["| " + " | ".join(cell(x) for x in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([head, rule, *body])
+
+
+def seed_ranges(seeds) -> str:
+    """Seeds as runs of consecutive integers: [8, 9, 10, 12] → "8–10, 12"."""
+    out, run = [], []
+    for x in sorted(int(v) for v in seeds):
+        if run and x != run[-1] + 1:
+            out.append(f"{run[0]}–{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)))
+            run = []
+        run.append(x)
+    if run:
+        out.append(f"{run[0]}–{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)))
+    return ", ".join(out)
