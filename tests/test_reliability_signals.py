@@ -122,33 +122,20 @@ def test_second_sigint_during_a_checkpoint_write_keeps_the_old_checkpoint(tmp_pa
     assert ckpt.read_bytes() == before and list(tmp_path.iterdir()) == [ckpt]
 
 
-SIGNAL_ARGS = [a for a in TINY if not a.startswith("train.")] + [
-    "train.batch_size=8",
-    "train.steps=400",
-    "train.log_interval=10",
-    "train.ckpt_interval=100000",
-    "evaluation.enabled=false",
-]
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> dict:
-    """The uninterrupted reference run of the signal tests (the same for SIGINT and SIGTERM: trained
-    once per module and worker, in this process), its last checkpoint."""
-    ref = tmp_path_factory.mktemp("signals") / "ref"
-    done = run_script("train.py", *SIGNAL_ARGS, f"hydra.run.dir={ref}")
-    assert done.returncode == 0, done.stderr[-2000:]
-    return checkpoint.load(RunDir(ref).last_checkpoint)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_saves_a_checkpoint_exits_128_plus_it_and_resume_matches(tmp_path, sig, uninterrupted):
+def test_a_signal_saves_a_checkpoint_exits_128_plus_it_and_resume_matches(tmp_path, sig):
     """SIGINT (Ctrl-C) or SIGTERM (a scheduler's stop) mid-run, long before the next checkpoint interval:
     a checkpoint at the step it is at, exit code 128 + the signal (130, 143), no traceback after a
     Ctrl-C; resumed, it ends exactly where an uninterrupted run ends."""
-    args = SIGNAL_ARGS
-    run = tmp_path / "run"
+    args = [a for a in TINY if not a.startswith("train.")] + [
+        "train.batch_size=8",
+        "train.steps=400",
+        "train.log_interval=10",
+        "train.ckpt_interval=100000",
+        "evaluation.enabled=false",
+    ]
+    run, ref = tmp_path / "run", tmp_path / "ref"
     env = {**os.environ, "WANDB_MODE": "disabled"}
     proc = subprocess.Popen(
         [sys.executable, "train.py", *args, f"hydra.run.dir={run}"],
@@ -170,8 +157,9 @@ def test_a_signal_saves_a_checkpoint_exits_128_plus_it_and_resume_matches(tmp_pa
     step = checkpoint.load(RunDir(run).last_checkpoint)["step"]
     assert 10 <= step < 400, step  # saved on the signal, far from the 100000-step interval
     assert f"signal {int(sig)}: checkpoint saved at step {step}" in RunDir(run).log_file.read_text()
-    done = run_script("train.py", *args, f"hydra.run.dir={run}")  # the resume: in this process
-    assert done.returncode == 0, done.stderr[-2000:]
-    a, b = uninterrupted, checkpoint.load(RunDir(run).last_checkpoint)
+    for d in (run, ref):  # the resume and the uninterrupted reference: in this process
+        done = run_script("train.py", *args, f"hydra.run.dir={d}")
+        assert done.returncode == 0, done.stderr[-2000:]
+    a, b = (checkpoint.load(RunDir(d).last_checkpoint) for d in (ref, run))
     assert a["step"] == b["step"] == 400
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
