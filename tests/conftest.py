@@ -109,12 +109,59 @@ def run_script(
     return subprocess.CompletedProcess([script, *args], code, out.getvalue(), err.getvalue())
 
 
+def pytest_collection_modifyitems(config, items):
+    """The ``slow`` tests first, each group still in pytest-randomly's order (it shuffles before this
+    hook): the long end-to-end tests then start while there is other work to share the cores with, and the
+    suite ends on short tests (one of them started last kept a worker busy for up to a minute alone)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _seeded_torch():
     """Every test starts from the same torch RNG state, whatever ran before it in its process (the suite
     runs in random order, pytest-randomly, spread over workers, pytest-xdist; pytest-randomly reseeds
     ``random`` and numpy the same way, not torch)."""
     torch.manual_seed(0)
+
+
+def _numeric_state() -> dict:
+    """The process-wide settings that change training numbers on CPU: a test that leaves one changed
+    makes a later test in the same worker compute differently from a fresh process (a resumed run then
+    no longer matches its uninterrupted reference bit for bit)."""
+    return {
+        "torch threads": torch.get_num_threads(),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS"),
+        "default dtype": torch.get_default_dtype(),
+        "grad enabled": torch.is_grad_enabled(),
+        "deterministic algorithms": torch.are_deterministic_algorithms_enabled(),
+        "float32 matmul precision": torch.get_float32_matmul_precision(),
+        "mkldnn enabled": torch.backends.mkldnn.enabled,
+    }
+
+
+@pytest.fixture(autouse=True)
+def _numeric_state_restored():
+    """Each test leaves the process's numeric settings as it found them (restored here, and the test
+    fails, naming the setting, if it did not)."""
+    before = _numeric_state()
+    yield
+    after = _numeric_state()
+    changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    if not changed:
+        return
+    torch.set_num_threads(before["torch threads"])
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if before[var] is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = before[var]
+    torch.set_default_dtype(before["default dtype"])
+    torch.set_grad_enabled(before["grad enabled"])
+    torch.use_deterministic_algorithms(before["deterministic algorithms"])
+    torch.set_float32_matmul_precision(before["float32 matmul precision"])
+    torch.backends.mkldnn.enabled = before["mkldnn enabled"]
+    pytest.fail(f"the test left process-wide numeric settings changed (before, after): {changed}")
 
 
 @pytest.fixture(autouse=True)

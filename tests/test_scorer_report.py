@@ -113,6 +113,7 @@ def test_step_costs_are_positive(scorers):
     assert med["ssa"] > 0 and med["sdpa"] > 0
 
 
+@pytest.mark.slow
 def test_report_script_writes_everything(tmp_path, capsys):
     module = load_report()
     out = tmp_path / "report"

@@ -30,6 +30,7 @@ STUDIES = sorted(p.stem for p in (CONF_DIR / "study").glob("*.yaml"))
 ICL_CLAIMS = OmegaConf.to_container(study.load("icl_cpu").claims)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", STUDIES)
 def test_every_job_of_a_study_composes_and_validates(name):
     todo = study.jobs(study.load(name))
@@ -97,15 +98,28 @@ def _sign_flip_enumerated(d) -> float:
 
 
 @pytest.mark.slow
-def test_quick_study_end_to_end_and_claims_read_back_from_the_csvs(tmp_path):
+def test_quick_study_end_to_end_and_claims_read_back_from_the_csvs(tmp_path, monkeypatch):
     root = study.run("quick", tmp_path / "quick", n_jobs=1)
     index = pd.read_csv(root / "index.csv")
     assert len(index.job.unique()) == len(study.jobs(study.load("quick")))
     check_report(root, tmp_path / "report")
 
-    # resuming does no work: every job is finished and every cell stored
+    # resuming does no work: every job is finished and every cell stored, so no run is even loaded
     before = sorted(p.stat().st_mtime_ns for p in root.rglob("parts/*.csv"))
+    index_before = (root / "index.csv").read_bytes()
+    loaded = []
+    real_load = study.load_run
+    monkeypatch.setattr(
+        study, "load_run", lambda d, *a, **k: loaded.append(Path(d).name) or real_load(d, *a, **k)
+    )
     study.run("quick", root, n_jobs=1)
+    assert loaded == [] and (root / "index.csv").read_bytes() == index_before
+    # a derived file removed: that job alone is evaluated again (its cells reused) and the file is back
+    job = index[index.evaluation == "deviant"].iloc[0]
+    derived = next((Path(job.run_dir) / "eval" / "deviant").glob("*/summary.json"))
+    derived.unlink()
+    study.run("quick", root, n_jobs=1)
+    assert loaded == [Path(job.run_dir).name] and derived.is_file()
     assert sorted(p.stat().st_mtime_ns for p in root.rglob("parts/*.csv")) == before
 
 

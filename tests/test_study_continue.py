@@ -137,13 +137,20 @@ def test_published_jobs_count_as_trained_in_the_missing_lines_and_the_inputs_are
                 "group": "core",
                 "task": "every_num",
                 "job": "every_num-softmax-preln-sigma1-s2",
-                "evaluation": "g",
+                "evaluation": "grid_quantifier",
             }
         ]
     )
-    combined = report.trained_index(index, parts, lambda task: ["g"])
-    assert paired.missing_jobs(combined, setup, lambda task: ["g"]) == [
+    combined = report.trained_index(index, parts, lambda task: ["grid_quantifier"])
+    assert paired.missing_jobs(combined, setup, lambda task: ["grid_quantifier"]) == [
         "group `core`: 5 of 6 jobs trained and indexed"
+    ]
+    # a published job counts with the evaluations its rows come from: one the study also asks for, and
+    # none of its published rows hold, is missing for those jobs (the new job lacks it too)
+    wants = lambda task: ["grid_quantifier", "deviant"]  # noqa: E731
+    assert paired.missing_jobs(report.trained_index(index, parts, wants), setup, wants) == [
+        "group `core`: 5 of 6 jobs trained and indexed",
+        "group `core`, task `every_num`: `deviant` stored for 0 jobs",
     ]
     new = {"wall_seconds": [7.0], "runs": {"runs": 1, "starts_by_commit": {"bbbbbbb": 1}}, "missing": []}
     new["runs"] |= {"starts_by_device": {"cpu": 1}, "dirty_runs": 1, "dirty_commits": ["bbbbbbb"]}
@@ -153,10 +160,10 @@ def test_published_jobs_count_as_trained_in_the_missing_lines_and_the_inputs_are
     assert joined["runs"]["starts_by_commit"] == {"aaaaaaa": 4, "bbbbbbb": 1}
     assert joined["runs"]["starts_by_device"] == {"cpu": 5}
     assert joined["runs"]["dirty_commits"] == ["bbbbbbb"] and joined["runs"]["dirty_runs"] == 1
-    assert joined["missing"] == ["(before the continuation) group `core`: 4 of 6 jobs trained and indexed"]
-    assert joined["continued"]["from"] == report.shown_path(prior) and joined["continued"]["earlier"]["wall_seconds"] == [
-        100.0
-    ]
+    assert joined["missing"] == []  # its own lines, the published jobs counted: never the earlier report's
+    assert joined["continued"]["from"] == report.shown_path(prior) and joined["continued"]["earlier"][
+        "wall_seconds"
+    ] == [100.0]
     # joined again with the same run folder (the report published, then made again): nothing twice
     root = tmp_path / "root"
     root.mkdir()

@@ -377,6 +377,7 @@ def test_the_test_environment_is_the_real_default(monkeypatch):
 @pytest.mark.skipif(
     STRACE is None, reason="strace is not installed (apt-get install strace): cannot trace sockets"
 )
+@pytest.mark.slow
 def test_an_offline_run_opens_no_socket_outside_the_machine(tmp_path):
     probe = subprocess.run([STRACE, "-f", "-o", os.devnull, "true"], capture_output=True, text=True)
     if probe.returncode != 0:

@@ -28,6 +28,7 @@ def _evaluate(run, *overrides):
     return evaluate_app.main(cfg)
 
 
+@pytest.mark.slow
 def test_one_training_run_and_one_eval_run_per_evaluation(tmp_path, offline):
     run = tmp_path / "run"
     summary = run_job(make_cfg("scorer=ssa", "logger.mode=offline"), run)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import hashlib
 import logging
 import signal
 import sys
@@ -46,7 +47,7 @@ from ssa_repro.cli.train_app import run_job
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core import matrix
 from ssa_repro.core.atomic import storage_advice, write_text
-from ssa_repro.core.rundir import resolve_device
+from ssa_repro.core.rundir import RunDir, resolve_device
 from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.loading import load_run
@@ -200,11 +201,58 @@ def eval_steps(study: DictConfig, key: str) -> list[int | None]:
 
 def run_one(job: Job, study: DictConfig, root: Path, index: int, n_jobs: int) -> list[dict]:
     """Train (or skip) job number ``index`` of ``n_jobs`` at once, then its evaluations; rows of the
-    index (one per evaluation). The job takes its own GPU and its share of the cores (cli/devices.py)."""
+    index (one per evaluation). The job takes its own GPU and its share of the cores (cli/devices.py).
+    A job finished by an earlier call whose record still holds (:func:`done_key`) returns its stored
+    rows without loading its run: a resumed study skips its finished jobs in milliseconds each."""
     run_dir = root / "runs" / job.group / job.name
     cfg = _compose(job)
+    chosen = evaluations(study, str(cfg.task.name), job.group)
+    rows = finished_rows(root, job, done_key(cfg, study, chosen, run_dir))
+    if rows is not None:
+        return rows
     with job_device(index, n_jobs, cfg.device):
-        return _train_and_evaluate(job, study, cfg, run_dir)
+        rows = _train_and_evaluate(job, study, cfg, run_dir)
+    key = done_key(cfg, study, chosen, run_dir)  # of the run as the evaluations left it
+    return [{**r, DONE_KEY: key} for r in rows]
+
+
+DONE_KEY = "_done_key"  # carried from run_one to store_rows, which keeps it beside the rows, not in them
+
+
+def done_key(cfg: DictConfig, study: DictConfig, chosen: dict, run_dir: Path) -> str | None:
+    """What a finished job's rows were made from: its composed config, its evaluations' configs and
+    steps, and the name, size and modification time of its last checkpoint and of every file its
+    evaluations wrote (lock files aside). Any of them changed (a config edited, a cell recomputed or
+    deleted, a derived table removed, the run retrained) and the job runs again. None: not trained."""
+    rd = RunDir(run_dir)
+    last = rd.last_checkpoint
+    if not last.is_file():
+        return None
+    files = [
+        *sorted(last.parent.glob("*.pt")),  # the last checkpoint and those kept for evaluations at steps
+        *(f for f in sorted(rd.eval_dir.rglob("*")) if f.is_file() and not f.name.startswith(".lock")),
+    ]
+    parts = [
+        OmegaConf.to_yaml(cfg),
+        *(f"{k}: {OmegaConf.to_yaml(e)} {eval_steps(study, k)}" for k, e in sorted(chosen.items())),
+        *(f"{f.relative_to(run_dir)} {f.stat().st_size} {f.stat().st_mtime_ns}" for f in files),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def finished_rows(root: Path, job: Job, key: str | None) -> list[dict] | None:
+    """The job's stored index rows where its record (:func:`store_rows`) matches ``key``; else None."""
+    path = job_rows_path(root, job.group, job.name)
+    try:
+        if key is None or path.with_suffix(".key").read_text().strip() != key:
+            return None
+        rows = pd.read_csv(path).to_dict("records")
+    except (OSError, ValueError):  # no record, or a damaged one: the job runs
+        return None
+    log.info(
+        "study job %s/%s: finished earlier, nothing changed since: not loaded again", job.group, job.name
+    )
+    return [{**r, DONE_KEY: key} for r in rows] if rows else None
 
 
 def run_one_or_fail(
@@ -354,9 +402,17 @@ def job_rows_path(root: Path, group: str, job: str) -> Path:
 def store_rows(root: Path, job: Job, rows: list[dict]) -> None:
     """Keep one job's index rows in its own file (a failed job's, none: its file is removed), so the
     index is rebuilt from every finished job whichever process or invocation finished it."""
-    path = job_rows_path(root, job.group, job.name)
+    path, record = (
+        job_rows_path(root, job.group, job.name),
+        job_rows_path(root, job.group, job.name).with_suffix(".key"),
+    )
+    record.unlink(missing_ok=True)  # first: a record never vouches for rows it was not written with
+    keys = {r.get(DONE_KEY) for r in rows}
+    rows = [{k: v for k, v in r.items() if k != DONE_KEY} for r in rows]
     if rows:
         write_text(path, pd.DataFrame(rows).to_csv(index=False))
+        if len(keys) == 1 and None not in keys:
+            write_text(record, f"{keys.pop()}\n")
     else:
         path.unlink(missing_ok=True)
 

@@ -26,8 +26,8 @@ from ssa_repro.reports.icl_frame import ERRORS, GRID_KINDS, KNOWN_GROUPS, REGION
 
 
 def evaluations_for(setup: Mapping | None):
-    """task key → the evaluation keys the study runs on it (for the missing-data notes): grids by the
-    key's prefix and the task's kind; an evaluation with ``tasks:`` (registered task names) only on
+    """task key → the evaluation keys the study runs on it (for the missing-data notes): the task's own
+    grid (``grid_<task>``) where the study has one, else grids by the key's prefix and the task's kind; an evaluation with ``tasks:`` (registered task names) only on
     those; deviant on every task, boundary on linear."""
     setup = setup or {}
     evals = setup.get("evaluations", {})
@@ -37,7 +37,10 @@ def evaluations_for(setup: Mapping | None):
         return ov[0] if ov else task
 
     def which(task: str) -> list[str]:
-        kind = "grid_linear" if registered(task) == "linear" else "grid_quantifier"
+        # as the runner chooses (cli/study.py `evaluations`): the task's own grid_<task> where the study
+        # has one (the length tasks), else grid_linear* or grid_quantifier* by its kind
+        own = f"grid_{registered(task)}"
+        kind = own if own in evals else ("grid_linear" if registered(task) == "linear" else "grid_quantifier")
         out = []
         for key, spec in evals.items():
             only = (spec or {}).get("tasks")

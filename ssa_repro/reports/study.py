@@ -566,20 +566,28 @@ def trained_index(
     index: pd.DataFrame | None, parts: dict[str, pd.DataFrame], evaluated
 ) -> pd.DataFrame | None:
     """``index`` (job → evaluations) with the jobs that only published rows hold (:func:`with_prior`)
-    added as complete (every evaluation ``evaluated(task)`` names): what :func:`paired.missing_jobs`
-    counts. A published job's own gaps were stated by its report, whose *Missing* lines are carried
-    (:func:`continued_inputs`)."""
-    rows = [f[[*paired.JOB_COLUMNS]] for f in parts.values() if f is not None and not f.empty]
+    added, each with the evaluations its published rows come from (their ``evaluation`` column; every
+    evaluation ``evaluated(task)`` names where rows carry none): what :func:`paired.missing_jobs`
+    counts, so the *Missing* lines of a continued report are its own, not the earlier report's."""
+    rows = [
+        f[[*paired.JOB_COLUMNS, *(["evaluation"] if "evaluation" in f else [])]]
+        for f in parts.values()
+        if f is not None and not f.empty
+    ]
     if not rows:
         return index
     jobs = pd.concat(rows, ignore_index=True).drop_duplicates()
     known = set(zip(index.group, index.job)) if index is not None else set()  # by (group, Job.name)
     extra = []
-    for group, task, scorer, arch, sigma, seed in dict.fromkeys(job_keys(jobs)):
+    stored: dict[tuple, set] = {}  # job key -> the evaluations its published rows come from
+    names = jobs.evaluation if "evaluation" in jobs else [None] * len(jobs)
+    for key, name in zip(job_keys(jobs), names):
+        stored.setdefault(key, set()).update([name] if isinstance(name, str) else [])
+    for (group, task, scorer, arch, sigma, seed), evals in stored.items():
         job = f"{task}-{scorer}-{arch}-sigma{sigma:g}-s{seed}"
         if (group, job) in known:
             continue
-        for evaluation in evaluated(task) or [None]:
+        for evaluation in sorted(evals) or evaluated(task) or [None]:
             extra.append({"group": group, "task": task, "job": job, "evaluation": evaluation})
     if not extra:
         return index
@@ -620,7 +628,7 @@ def shown_path(path: Path) -> str:
 def continued_inputs(prior: dict, new: dict, source: Path, root: Path | None = None) -> dict:
     """The :data:`INPUTS` record of a continued study: the published record ``prior`` and this session's
     ``new`` one (from the run folder ``root``) joined: wall times one after the other, runs summed
-    (:func:`provenance.merge_summaries`), the earlier *Missing* lines carried, marked as such. The
+    (:func:`provenance.merge_summaries`), the *Missing* lines this report's own. The
     earlier record is kept under ``continued`` with ``root``'s identity: where ``prior`` was itself
     joined with this ``root`` (a report published, then made again), its earlier record is used, so
     that no run or wall time is counted twice."""
@@ -631,7 +639,7 @@ def continued_inputs(prior: dict, new: dict, source: Path, root: Path | None = N
     out = dict(new)
     out["wall_seconds"] = [*prior.get("wall_seconds", []), *new["wall_seconds"]]
     out["runs"] = provenance.merge_summaries(prior.get("runs", {}), new["runs"])
-    out["missing"] = [*new["missing"], *(f"(before the continuation) {m}" for m in prior.get("missing", []))]
+    out["missing"] = list(new["missing"])  # the published jobs counted with what they hold (trained_index)
     if prior.get("reconstructed"):
         out["reconstructed"] = prior["reconstructed"]
     earlier = {k: v for k, v in prior.items() if k != "per_seed"}
@@ -860,6 +868,9 @@ def primary_lines(decided: Decided) -> list[str]:
         e = bimodal[0]
         r = shown[shown.text == e["text"]]
         margin = float(r.margin.iloc[0]) if len(r) else 0.05
+        # the seed counts the bimodal endpoints were decided at (every seed and the confirmatory ones)
+        both = [f for f in (decided.primaries, decided.explored) if len(f)]
+        counts = [int(x) for f in both for x in f[f.binary.notna()].n_seeds]
         lines += [
             "Bimodal endpoints (a seed generalises or it does not) decide “within ±m” by the robust rule "
             "(`stats.robust_verdict`): the equivalence call stands only if the interval that allows for "
@@ -869,7 +880,9 @@ def primary_lines(decided: Decided) -> list[str]:
             "(a false call) and at 0 (a true one).",
             "",
             markdown_table(
-                primary.simulated_rates(margin, float(e["threshold"]), float(e.get("max_jump", 1.0)))
+                primary.simulated_rates(
+                    margin, float(e["threshold"]), float(e.get("max_jump", 1.0)), counts or primary.SIM_SEEDS
+                )
             ),
             "",
         ]
