@@ -140,28 +140,41 @@ def _numeric_state() -> dict:
     }
 
 
-@pytest.fixture(autouse=True)
-def _numeric_state_restored():
-    """Each test leaves the process's numeric settings as it found them (restored here, and the test
-    fails, naming the setting, if it did not)."""
-    before = _numeric_state()
-    yield
+_STATE = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_STATE] = _numeric_state()  # before any fixture of the test is set up
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Each test leaves the process's numeric settings as it found them, checked once every fixture is
+    torn down (a monkeypatch undone first): restored here, and the test's teardown fails naming the
+    setting where one was left changed."""
+    result = yield
+    before = item.stash.get(_STATE, None)
+    if before is None:
+        return result
     after = _numeric_state()
     changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
-    if not changed:
-        return
-    torch.set_num_threads(before["torch threads"])
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        if before[var] is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = before[var]
-    torch.set_default_dtype(before["default dtype"])
-    torch.set_grad_enabled(before["grad enabled"])
-    torch.use_deterministic_algorithms(before["deterministic algorithms"])
-    torch.set_float32_matmul_precision(before["float32 matmul precision"])
-    torch.backends.mkldnn.enabled = before["mkldnn enabled"]
-    pytest.fail(f"the test left process-wide numeric settings changed (before, after): {changed}")
+    if changed:
+        torch.set_num_threads(before["torch threads"])
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            if before[var] is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = before[var]
+        torch.set_default_dtype(before["default dtype"])
+        torch.set_grad_enabled(before["grad enabled"])
+        torch.use_deterministic_algorithms(before["deterministic algorithms"])
+        torch.set_float32_matmul_precision(before["float32 matmul precision"])
+        torch.backends.mkldnn.enabled = before["mkldnn enabled"]
+        raise AssertionError(
+            f"the test left process-wide numeric settings changed (before, after): {changed}"
+        )
+    return result
 
 
 @pytest.fixture(autouse=True)

@@ -176,7 +176,17 @@ BLOCKED_SHAPES = [
 def test_blocked_inference_equals_the_power_formula(shape, threads, monkeypatch):
     """SSA's CPU inference path, causal (keys past the block skipped), with a general mask (every 4-D
     form, rows kept non-empty) and with none, on one thread and on two worker threads."""
-    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)  # the workers blocked_inference starts
+    real = torch.get_num_threads()
+    # the workers blocked_inference starts; it sets the threads it read back when done, so the real count
+    # is restored below (left at 2, later in-process training in this worker computed differently)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    try:
+        _check_blocked(shape)
+    finally:
+        torch.set_num_threads(real)
+
+
+def _check_blocked(shape):
     bsz, h, t, d = shape
     g = torch.Generator().manual_seed(t)
     q, k, v = (torch.randn(bsz, h, t, d, generator=g) for _ in range(3))

@@ -334,7 +334,7 @@ def test_the_lock_is_released_after_a_failed_or_interrupted_study(tmp_path, monk
 
 
 def test_a_job_config_is_composed_once_and_again_after_a_config_file_changes(tmp_path, monkeypatch):
-    """study._compose keeps each job's composed config (problems, run_one and a resumed study in one
+    """study._compose keeps each job's composed config (config.compose_cached; problems, run_one and a resumed study in one
     process asked for it again and again): the same config as Hydra's compose, a fresh copy each call
     (changing one changes no later one), and composed anew once a file under the config folder
     changes."""
@@ -348,7 +348,9 @@ def test_a_job_config_is_composed_once_and_again_after_a_config_file_changes(tmp
     monkeypatch.setattr(study, "CONF_DIR", conf)
     job = study.Job("core", "lin", "softmax", "small", 1.0, 3, ("task=linear", "train.lr=0.003", "seed=3"))
     calls = []
-    monkeypatch.setattr(study, "compose", lambda *a, **k: calls.append(a) or compose(*a, **k))
+    import ssa_repro.config as config
+
+    monkeypatch.setattr(config, "compose", lambda *a, **k: calls.append(a) or compose(*a, **k))
     first = study._compose(job)
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         fresh = compose("train", overrides=list(job.overrides))

@@ -201,7 +201,7 @@ def test_joblib_multirun_two_jobs_two_wandb_runs_and_full_grids(tmp_path):
     """joblib workers; each job also runs the task's paper grid at its end (evaluation.also), so
     compare.py picks that protocol for the sweep."""
     sweep = tmp_path / "sweep"
-    proc = _train(
+    proc = _train_here(
         "-m",
         "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2",

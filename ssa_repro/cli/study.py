@@ -23,8 +23,6 @@ stored per step, so ``steps`` gives learning curves.
 from __future__ import annotations
 
 import contextlib
-import copy
-import functools
 import hashlib
 import logging
 import signal
@@ -35,7 +33,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
-from hydra import compose, initialize_config_dir
 from joblib import Parallel, delayed
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from tqdm import tqdm
@@ -44,7 +41,7 @@ from ssa_repro.cli import study_schema
 from ssa_repro.cli.devices import job_device
 from ssa_repro.cli.train_app import problems as train_problems
 from ssa_repro.cli.train_app import run_job
-from ssa_repro.config import CONF_DIR
+from ssa_repro.config import CONF_DIR, compose_cached
 from ssa_repro.core import matrix
 from ssa_repro.core.atomic import storage_advice, write_text
 from ssa_repro.core.rundir import RunDir, resolve_device
@@ -624,28 +621,10 @@ ENSEMBLE_MODES = ("auto", "on", "off")
 
 
 def _compose(job: Job) -> DictConfig:
-    """The job's training config, composed once per process for its overrides while the files under
-    ``CONF_DIR`` are unchanged (their names, sizes and modification times), a copy each call: the
-    pre-check (:func:`problems`), the job loop (:func:`run_one`) and a resumed study in the same
-    process (nothing left to do) composed every job again (~0.5 s each)."""
-    return copy.deepcopy(_composed(str(CONF_DIR), tuple(job.overrides), _conf_state(CONF_DIR)))
-
-
-def _conf_state(conf_dir: Path) -> tuple:
-    """What composing reads from ``conf_dir``: each file's path, size and modification time."""
-    out = []
-    for path in sorted(Path(conf_dir).rglob("*")):
-        if path.is_file():
-            st = path.stat()
-            out.append((str(path), st.st_size, st.st_mtime_ns))
-    return tuple(out)
-
-
-@functools.lru_cache(maxsize=256)
-def _composed(conf_dir: str, overrides: tuple[str, ...], state: tuple) -> DictConfig:
-    """(``state``: :func:`_conf_state`, part of the key: an edited config file composes anew)."""
-    with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-        return compose("train", overrides=list(overrides))
+    """The job's training config (:func:`ssa_repro.config.compose_cached`: composed once per process
+    while ``conf/`` is unchanged, a copy each call): the pre-check (:func:`problems`), the job loop
+    (:func:`run_one`) and a resumed study in the same process compose every job again (~0.5 s each)."""
+    return compose_cached(tuple(job.overrides), conf_dir=CONF_DIR)
 
 
 def _on_cuda(todo: list[Job]) -> bool:
