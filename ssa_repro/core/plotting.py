@@ -13,12 +13,26 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 
 from ssa_repro.core.atomic import atomic_path  # noqa: E402
 
 _SAVING = contextvars.ContextVar("saving", default=True)
+
+
+def _seaborn():
+    """seaborn, imported on first use: at the top it cost every process start (train.py, each worker of a
+    sweep) ~1.5 s of imports (seaborn and the scipy.stats it loads) before any figure was asked for."""
+    import seaborn
+
+    return seaborn
+
+
+def __getattr__(name: str):
+    """``plotting.sns`` (and ``from ssa_repro.core.plotting import sns``): seaborn, imported then."""
+    if name == "sns":
+        return _seaborn()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @contextlib.contextmanager
@@ -69,6 +83,7 @@ def heatmap(
     off: :func:`saving`)."""
     if not _SAVING.get():
         return []
+    sns = _seaborn()
     groups = list(frame.groupby(facet, sort=True)) if facet else [(None, frame)]
     tables = [
         (key, g.pivot_table(index=rows, columns=cols, values="value").sort_index(ascending=False))
@@ -136,6 +151,7 @@ def curves(
     path, in a list: empty, and nothing built, while figures are off)."""
     if not _SAVING.get():
         return []
+    sns = _seaborn()
     many = frame[x].nunique() > 30  # markers would hide the lines
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
     palette = "viridis" if pd.api.types.is_numeric_dtype(frame[hue]) else None

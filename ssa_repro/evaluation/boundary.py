@@ -98,8 +98,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 import torch
+from statsmodels.regression.linear_model import OLS  # (statsmodels.api imports all of it: ~1 s)
+from statsmodels.tools.tools import add_constant
 
 from ssa_repro.core import distributions as D
 from ssa_repro.core import plotting
@@ -252,10 +253,10 @@ def readout_bound(model) -> dict[str, float] | None:
 def _cluster_fit(x: np.ndarray | None, y: np.ndarray, groups: np.ndarray) -> tuple[float, float, float]:
     """OLS of y on [1, x] (or on 1 alone) with a cluster-robust 95% interval: (estimate, low, high) of
     the slope (or of the mean)."""
-    design = np.ones((len(y), 1)) if x is None else sm.add_constant(x, has_constant="add")
+    design = np.ones((len(y), 1)) if x is None else add_constant(x, has_constant="add")
     n_groups = len(np.unique(groups))
     cov = {"cov_type": "cluster", "cov_kwds": {"groups": groups}} if n_groups > 1 else {}
-    fit = sm.OLS(y, design).fit(**cov)
+    fit = OLS(y, design).fit(**cov)
     k = design.shape[1] - 1
     lo, hi = fit.conf_int(0.05)[k]
     return float(fit.params[k]), float(lo), float(hi)
