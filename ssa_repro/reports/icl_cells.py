@@ -28,7 +28,7 @@ from ssa_repro.reports.icl_frame import ERRORS, GRID_KINDS, KNOWN_GROUPS, REGION
 def evaluations_for(setup: Mapping | None):
     """task key → the evaluation keys the study runs on it (for the missing-data notes): the task's own
     grid (``grid_<task>``) where the study has one, else grids by the key's prefix and the task's kind; an evaluation with ``tasks:`` (registered task names) only on
-    those; deviant on every task, boundary on linear."""
+    those; deviant and scale on every task, boundary on linear."""
     setup = setup or {}
     evals = setup.get("evaluations", {})
 
@@ -48,7 +48,7 @@ def evaluations_for(setup: Mapping | None):
                 continue
             if (
                 key.startswith(kind)
-                or key.startswith("deviant")
+                or key.startswith(("deviant", "scale"))
                 or (key.startswith("boundary") and kind == "grid_linear")
             ):
                 out.append(key)
@@ -218,5 +218,24 @@ def boundary_parts(index: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=paired.PER_SEED_COLUMNS)
 
 
+def scale_parts(index: pd.DataFrame) -> pd.DataFrame:
+    """eval=scale (evaluation/scale.py): the rms reaching each site, summary ``site=<s> layer=<l>
+    sigma_x=<σ>``, metric ``rms``."""
+    out = []
+    for key in sorted(k for k in set(index.evaluation) if k.startswith("scale")):
+        c = paired.read_cells(index, key)
+        if not c.empty:
+            summary = [
+                f"site={s} layer={int(n)} sigma_x={_g(x)}" for s, n, x in zip(c.site, c.layer, c.sigma_x)
+            ]
+            out.append(c.assign(summary=summary)[paired.PER_SEED_COLUMNS])
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=paired.PER_SEED_COLUMNS)
+
+
 def per_seed(index: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    return {"grid": grid_parts(index), "deviant": deviant_parts(index), "boundary": boundary_parts(index)}
+    return {
+        "grid": grid_parts(index),
+        "deviant": deviant_parts(index),
+        "boundary": boundary_parts(index),
+        "scale": scale_parts(index),  # written only where a study runs eval=scale (an empty part is not)
+    }

@@ -44,11 +44,13 @@ which cell summary (e.g. ``sigma_shift``,
 ``sigma=16 length=80``) of the job's stored cells the value is."""
 
 PARTLY = "partly"
-EXTRA_MARGINS: dict[str, float] = {"upper": 0.5, "slope_pos": 0.1}
+EXTRA_MARGINS: dict[str, float] = {"upper": 0.5, "slope_pos": 0.1, "rms": math.log(1.25)}
 """Margins for metrics the reports contrast that :data:`stats.MARGINS` lacks: ``upper`` (the boundary's
 99.5% quantile of ŷ, in y units) ±0.5, about 12% of the training range of y (±4.2 for N(0, 1) a, b, x);
-``slope_pos`` (the slope of ŷ on y_true beyond that range: 1 extrapolates, 0 is a plateau) ±0.1."""
-EXTRA_SCALES: dict[str, str] = {}
+``slope_pos`` (the slope of ŷ on y_true beyond that range: 1 extrapolates, 0 is a plateau) ±0.1;
+``rms`` (eval=scale: the scale reaching a site of the model) ×1.25 either way, on the log scale: a
+site is "flat" in σ within a quarter, against the 16× a linear path shows from σ = 1 to 16."""
+EXTRA_SCALES: dict[str, str] = {"rms": "log"}
 
 
 # ------------------------------------------------------------------ reading
