@@ -526,6 +526,29 @@ def test_the_index_is_rebuilt_from_every_finished_jobs_rows(tmp_path):
     assert study.read_index(Path("/nonexistent/index.csv")) is None
 
 
+def test_a_finished_jobs_record_vouches_only_for_the_rows_written_with_it(tmp_path):
+    """store_rows keeps the done key beside a job's rows (never in them); finished_rows hands the rows
+    back only for that key; rows stored again without a key, or a failed job, leave no record."""
+    job = study.Job("g1", "a", "softmax", "preln", 1.0, 0, ())
+    rows = [{"group": "g1", "job": job.name, "evaluation": "grid", "v": 0.5, study.DONE_KEY: "k1"}]
+    study.store_rows(tmp_path, job, rows)
+    path = study.job_rows_path(tmp_path, "g1", job.name)
+    assert study.DONE_KEY not in pd.read_csv(path).columns
+    assert path.with_suffix(".key").read_text() == "k1\n"
+    got = study.finished_rows(tmp_path, job, "k1")
+    assert [{k: v for k, v in r.items() if k != study.DONE_KEY} for r in got] == [
+        {k: v for k, v in rows[0].items() if k != study.DONE_KEY}
+    ]
+    assert (
+        study.finished_rows(tmp_path, job, "k2") is None and study.finished_rows(tmp_path, job, None) is None
+    )
+    study.store_rows(tmp_path, job, [{k: v for k, v in rows[0].items() if k != study.DONE_KEY}])
+    assert not path.with_suffix(".key").exists() and study.finished_rows(tmp_path, job, "k1") is None
+    study.store_rows(tmp_path, job, rows)
+    study.store_rows(tmp_path, job, [])  # failed now
+    assert not path.exists() and not path.with_suffix(".key").exists()
+
+
 def test_the_wall_time_has_one_line_per_invocation_also_when_rewritten_while_running(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "run_one", lambda job, s, r, i, n: [{"group": job.group, "job": job.name}])
     monkeypatch.setattr(study, "INDEX_EVERY_S", -1.0)  # rewritten after every job

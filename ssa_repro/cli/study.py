@@ -399,10 +399,8 @@ def job_rows_path(root: Path, group: str, job: str) -> Path:
 def store_rows(root: Path, job: Job, rows: list[dict]) -> None:
     """Keep one job's index rows in its own file (a failed job's, none: its file is removed), so the
     index is rebuilt from every finished job whichever process or invocation finished it."""
-    path, record = (
-        job_rows_path(root, job.group, job.name),
-        job_rows_path(root, job.group, job.name).with_suffix(".key"),
-    )
+    path = job_rows_path(root, job.group, job.name)
+    record = path.with_suffix(".key")  # what the rows were made from (done_key): run_one's shortcut
     record.unlink(missing_ok=True)  # first: a record never vouches for rows it was not written with
     keys = {r.get(DONE_KEY) for r in rows}
     rows = [{k: v for k, v in r.items() if k != DONE_KEY} for r in rows]
