@@ -80,8 +80,10 @@ def compose_cached(
     """``compose(config_name, overrides)`` from ``conf_dir``, composed once per process while the files
     under it are unchanged (their names, sizes and modification times: an edited file composes anew), a
     copy each call. Hydra's compose costs ~0.3-0.5 s; a study's pre-check and job loop, a resumed study
-    and the scorer report ask for the same configs again and again. Uses ``initialize_config_dir``, so it
-    cannot be called while another Hydra app holds Hydra's global state."""
+    and the scorer report ask for the same configs again and again. The key is the files, not Hydra's
+    in-memory ConfigStore: a schema registered or removed in this process after a compose (the tests'
+    toy components) does not recompose what was cached. On a miss it uses ``initialize_config_dir``, so
+    it cannot be called while another Hydra app holds Hydra's global state."""
     key = (str(conf_dir), config_name, tuple(overrides), _conf_state(Path(conf_dir)))
     return copy.deepcopy(_composed(*key))
 

@@ -99,7 +99,6 @@ def test_the_evaluation_stores_one_row_per_sigma_site_and_layer(tmp_path):
     )
     run_job(cfg, tmp_path)
     run = load_run(tmp_path, torch.device("cpu"))
-    ecfg = make_cfg("task=every").evaluation  # any config: replaced by the scale evaluation's below
     from omegaconf import OmegaConf
 
     from ssa_repro.evaluation.scale import ScaleConfig

@@ -544,7 +544,13 @@ def test_a_finished_jobs_record_vouches_only_for_the_rows_written_with_it(tmp_pa
     )
     study.store_rows(tmp_path, job, [{k: v for k, v in rows[0].items() if k != study.DONE_KEY}])
     assert not path.with_suffix(".key").exists() and study.finished_rows(tmp_path, job, "k1") is None
-    study.store_rows(tmp_path, job, rows)
+    # ids and names come back as the text they were written as (a protocol id is 8 hex digits)
+    odd = [{**rows[0], "protocol_id": pid} for pid in ("12e45678", "00123456")]
+    for row in odd:
+        study.store_rows(tmp_path, job, [row])
+        assert study.finished_rows(tmp_path, job, "k1")[0]["protocol_id"] == row["protocol_id"]
+    assert study.write_index(tmp_path, [job]).protocol_id.tolist() == ["00123456"]
+    assert report.read_index(tmp_path).protocol_id.tolist() == ["00123456"]
     study.store_rows(tmp_path, job, [])  # failed now
     assert not path.exists() and not path.with_suffix(".key").exists()
 

@@ -49,6 +49,7 @@ from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.registry import applicable
+from ssa_repro.reports.paired import INDEX_DTYPES
 from ssa_repro.tasks import TASKS
 from ssa_repro.training import ensemble
 
@@ -217,13 +218,14 @@ DONE_KEY = "_done_key"  # carried from run_one to store_rows, which keeps it bes
 
 
 def done_key(cfg: DictConfig, study: DictConfig, chosen: dict, run_dir: Path) -> str | None:
-    """What a finished job's rows were made from: its composed config, its evaluations' configs and
-    steps, and the name, size and modification time of its last checkpoint and of every file its
-    evaluations wrote (lock files aside). Any of them changed (a config edited, a cell recomputed or
-    deleted, a derived table removed, the run retrained) and the job runs again. None: not trained."""
+    """What a finished job's rows were made from: its composed config, its evaluations' configs, steps
+    and evaluator versions, and the name, size and modification time of its checkpoints and of every
+    file its evaluations wrote (lock files aside). Any of them changed (a config edited, a cell
+    recomputed or deleted, a derived table removed, the run retrained, an evaluator's version bumped)
+    and the job runs again. None: not trained, or an evaluation set to ``force``."""
     rd = RunDir(run_dir)
     last = rd.last_checkpoint
-    if not last.is_file():
+    if not last.is_file() or any(e.get("force") for e in chosen.values()):  # force: always computed anew
         return None
     files = [
         *sorted(last.parent.glob("*.pt")),  # the last checkpoint and those kept for evaluations at steps
@@ -231,7 +233,11 @@ def done_key(cfg: DictConfig, study: DictConfig, chosen: dict, run_dir: Path) ->
     ]
     parts = [
         OmegaConf.to_yaml(cfg),
-        *(f"{k}: {OmegaConf.to_yaml(e)} {eval_steps(study, k)}" for k, e in sorted(chosen.items())),
+        # the evaluator's code version too (bumped when its computation changes: new cells are due)
+        *(
+            f"{k}: {OmegaConf.to_yaml(e)} {eval_steps(study, k)} v{EVALUATORS.get(e.name).version}"
+            for k, e in sorted(chosen.items())
+        ),
         *(f"{f.relative_to(run_dir)} {f.stat().st_size} {f.stat().st_mtime_ns}" for f in files),
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
@@ -243,7 +249,7 @@ def finished_rows(root: Path, job: Job, key: str | None) -> list[dict] | None:
     try:
         if key is None or path.with_suffix(".key").read_text().strip() != key:
             return None
-        rows = pd.read_csv(path).to_dict("records")
+        rows = pd.read_csv(path, dtype=INDEX_DTYPES).to_dict("records")
     except (OSError, ValueError):  # no record, or a damaged one: the job runs
         return None
     log.info(
@@ -379,7 +385,7 @@ def wall_clock(write, every: float):
 def read_index(path: Path) -> pd.DataFrame | None:
     """A study's index.csv, or None where there is none or it has no rows."""
     try:
-        return pd.read_csv(path)
+        return pd.read_csv(path, dtype=INDEX_DTYPES)
     except (FileNotFoundError, pd.errors.EmptyDataError):
         return None
 
@@ -427,7 +433,7 @@ def checked_index(path: Path, columns: tuple[str, ...] = REPORT_COLUMNS) -> pd.D
         why = "it does not end with a newline (cut while written, or truncated)"
     else:
         try:
-            frame = pd.read_csv(path)
+            frame = pd.read_csv(path, dtype=INDEX_DTYPES)
         except (pd.errors.ParserError, UnicodeDecodeError) as e:
             why = f"it is not a readable CSV ({' '.join(str(e).split())})"
         else:
@@ -461,7 +467,7 @@ def rebuild_index(root: Path, study_jobs: list[Job]) -> pd.DataFrame:
         for (group, job), rows in old.groupby(["group", "job"], sort=False) if old is not None else []:
             write_text(job_rows_path(root, str(group), str(job)), rows.to_csv(index=False))
     parts = [job_rows_path(root, j.group, j.name) for j in study_jobs]
-    frames = [pd.read_csv(p) for p in parts if p.exists()]
+    frames = [pd.read_csv(p, dtype=INDEX_DTYPES) for p in parts if p.exists()]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

@@ -34,6 +34,10 @@ from ssa_repro.core.atomic import write_bytes, write_text
 from ssa_repro.evaluation.store import stored
 
 JOB_COLUMNS = ["group", "task", "scorer", "arch", "train_sigma", "seed"]
+INDEX_DTYPES = {c: str for c in ("group", "task", "scorer", "arch", "job", "run_dir", "evaluation", "eval")}
+INDEX_DTYPES["protocol_id"] = str
+"""How a study's index (``index.csv``, ``index.d/``) is read: names and ids as text, never a guessed
+number (a protocol id is 8 hex digits: ``12e45678`` would read as a float, ``00123456`` as 123456)."""
 """What names a job (its folder name is made of them): the per-seed files leave the name out."""
 PER_SEED_COLUMNS = [*JOB_COLUMNS, "evaluation", "predictor", "metric", "summary", "value"]
 # A per-seed CSV larger than this is written gzip-compressed: the full ICL study's deviant part is over

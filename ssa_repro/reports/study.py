@@ -416,7 +416,7 @@ def read_index(root: Path) -> pd.DataFrame | None:
     path = Path(root) / "index.csv"
     if not path.exists():
         return None
-    index = pd.read_csv(path)
+    index = pd.read_csv(path, dtype=paired.INDEX_DTYPES)
     if {"group", "job", "run_dir"} <= set(index.columns):
         # A run folder is where the study keeps it, <root>/runs/<group>/<job>: the index's run_dir was
         # written relative to the directory the study ran from, which a report made from elsewhere (or a
