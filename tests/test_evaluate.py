@@ -324,7 +324,7 @@ def test_check_names_keys_values_and_the_task(linear_run, every_run):
     assert "more than model.max_positions=64" in text and "eval.n_samples=0 must be >= 1" in text
     zorro = OmegaConf.structured(runner.EVALUATORS.schemas["zorro"])
     assert runner.check(lin, zorro) == [
-        "eval=zorro does not apply to task=linear; this task supports: attention, boundary, deviant, grid"
+        "eval=zorro does not apply to task=linear; this task supports: attention, boundary, deviant, grid, scale"
     ]
 
 

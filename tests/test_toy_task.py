@@ -108,7 +108,7 @@ def test_the_new_task_trains_evaluates_and_compares(tmp_path):
     assert check(run.cfg, DefaultConfig()) == []  # its paper grid, from its declaration
     # the evaluations that apply follow from what it is (a grid of scalar inputs): no list names it
     package = [n for n in applicable(RunningSum) if not EVALUATORS.get(n).__module__.startswith("tests")]
-    assert package == ["attention", "deviant", "grid"]
+    assert package == ["attention", "deviant", "grid", "scale"]
     paper = evaluate(run, DefaultConfig())
     assert paper["cells"] == 3 * 2 and paper["step"] == 6
     comp = compare.collect([runs["softmax"], runs["ssa"]], eval="quick")
