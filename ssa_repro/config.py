@@ -117,14 +117,12 @@ def load_scorer(
 
     The full training config is composed (so presets, interpolations such as CosFormer's
     ``m: ${model.max_positions}`` and schema checks apply) with ``model.n_embd=256``; ``overrides``
-    adds more (e.g. ``["scorer.heads=[average]"]``). Composed through :func:`compose_cached`.
+    adds more (e.g. ``["scorer.heads=[average]"]``). Composed through :func:`compose_cached`, once per
+    option and ``overrides``: ``n_head`` and ``max_positions`` are set on the copy (the same config as
+    composing with them, interpolations being resolved on use; tests/test_scorers.py checks it).
     """
-    overrides = [
-        f"scorer={option}",
-        f"model.n_head={n_head}",
-        f"model.max_positions={max_positions}",
-        "model.n_embd=256",
-        *overrides,
-    ]
-    cfg = compose_cached(overrides)
+    cfg = compose_cached([f"scorer={option}", "model.n_embd=256", *overrides])
+    for key, value in (("n_head", n_head), ("max_positions", max_positions)):
+        if not any(o.startswith(f"model.{key}=") for o in overrides):  # an override of it wins, as before
+            cfg.model[key] = value
     return build_scorer(cfg.scorer, n_head, n_embd=cfg.model.n_embd)

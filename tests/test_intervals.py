@@ -31,6 +31,22 @@ def test_wilson_is_the_score_interval(k, n):
         min(want[1], 1.0), abs=1e-12
     )
     assert 0.0 <= lo <= k / n <= hi <= 1.0
+    # and statsmodels' own (the library the formula is written out from), at two levels
+    from statsmodels.stats.proportion import proportion_confint
+
+    for level in (0.95, 0.8):
+        ref = proportion_confint(k, n, alpha=1 - level, method="wilson")
+        got = wilson(k, n, level)
+        assert got[0] == pytest.approx(max(ref[0], 0.0), abs=1e-12)
+        assert got[1] == pytest.approx(min(ref[1], 1.0), abs=1e-12)
+    # and statsmodels' own (the library the formula is written out from), at two levels
+    from statsmodels.stats.proportion import proportion_confint
+
+    for level in (0.95, 0.8):
+        ref = proportion_confint(k, n, alpha=1 - level, method="wilson")
+        got = wilson(k, n, level)
+        assert got[0] == pytest.approx(max(ref[0], 0.0), abs=1e-12)
+        assert got[1] == pytest.approx(min(ref[1], 1.0), abs=1e-12)
 
 
 def test_rates_never_leave_zero_one():

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from ssa_repro.config import load_scorer, scorer_options
 
@@ -98,6 +99,24 @@ def test_saturation_sparse_are_one_hot_at_large_gaps(scorers):
 
 def test_cosformer_saturation_is_nan(scorers):
     assert math.isnan(saturation(scorers["cosformer"], 16, 5.0))
+
+
+def test_load_scorer_equals_composing_with_its_sizes():
+    """load_scorer composes an option once and sets n_head and max_positions on the copy: the scorer's
+    resolved config equals Hydra's composition with them as overrides (CosFormer's m interpolates
+    max_positions), and an override of either still wins."""
+    from hydra import compose, initialize_config_dir
+
+    from ssa_repro.config import CONF_DIR
+
+    for option, n_head, max_positions in (("cosformer", 4, 100), ("cosformer", 2, 37), ("ssa", 3, 64)):
+        got = load_scorer(option, n_head=n_head, max_positions=max_positions)
+        ov = [f"scorer={option}", f"model.n_head={n_head}", f"model.max_positions={max_positions}"]
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            want = compose("train", overrides=[*ov, "model.n_embd=256"]).scorer
+        assert OmegaConf.to_container(got.cfg, resolve=True) == OmegaConf.to_container(want, resolve=True)
+    assert load_scorer("cosformer", max_positions=100).cfg.m == 100
+    assert load_scorer("cosformer", max_positions=100, overrides=["model.max_positions=50"]).cfg.m == 50
 
 
 def test_scorer_options_are_the_yaml_stems():

@@ -50,6 +50,23 @@ def test_every_job_of_a_study_composes_and_validates(name):
             assert cfg.scorer.label == job.scorer
 
 
+def test_a_jobs_config_composed_once_per_setting_equals_hydras_with_its_seed():
+    """study._compose composes a setting without its seed= and sets the seed on the copy: the config
+    must be Hydra's own composition with the seed override, value for value (resolved), for two seeds."""
+    todo = [j for j in study.jobs(study.load("quick")) if j.group == "core" and j.task == "linear"]
+    assert len({j.seed for j in todo}) == 2
+    for job in todo:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            want = compose("train", overrides=list(job.overrides))
+        got = study._compose(job)  # (composes outside: compose_cached initialises Hydra itself)
+        assert got.seed == job.seed
+        assert OmegaConf.to_yaml(got) == OmegaConf.to_yaml(want)
+        assert OmegaConf.to_container(got, resolve=True) == OmegaConf.to_container(want, resolve=True)
+    # a second seed= among the extra overrides: composed as given (Hydra's last seed= wins)
+    extra = study.jobs(study.load("quick"), ("seed=99",))[0]
+    assert study._compose(extra).seed == 99
+
+
 def test_an_unknown_study_names_the_known_ones():
     with pytest.raises(SystemExit, match="no study 'nope'.*known: .*icl_cpu"):
         study.load("nope")

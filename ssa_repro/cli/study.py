@@ -627,8 +627,15 @@ ENSEMBLE_MODES = ("auto", "on", "off")
 def _compose(job: Job) -> DictConfig:
     """The job's training config (:func:`ssa_repro.config.compose_cached`: composed once per process
     while ``conf/`` is unchanged, a copy each call): the pre-check (:func:`problems`), the job loop
-    (:func:`run_one`) and a resumed study in the same process compose every job again (~0.5 s each)."""
-    return compose_cached(tuple(job.overrides), conf_dir=CONF_DIR)
+    (:func:`run_one`) and a resumed study in the same process compose every job again (~0.5 s each).
+    Seeds are alike: a setting is composed once without its ``seed=`` override and each job's seed set
+    on the copy (the same config, interpolations being resolved on use; tests/test_study.py checks it)."""
+    seeds = [o for o in job.overrides if o.startswith("seed=")]
+    if seeds != [f"seed={job.seed}"]:  # a second seed= among the extra overrides: composed as given
+        return compose_cached(tuple(job.overrides), conf_dir=CONF_DIR)
+    cfg = compose_cached(tuple(o for o in job.overrides if o != seeds[0]), conf_dir=CONF_DIR)
+    cfg.seed = job.seed
+    return cfg
 
 
 def _on_cuda(todo: list[Job]) -> bool:

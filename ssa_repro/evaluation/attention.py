@@ -393,6 +393,8 @@ class Attention(Evaluator):
         ]
 
     def draw(self, frames, title, out_dir: Path) -> list[Path]:
+        if not plotting.enabled():  # figures off (plotting.saving): none built; this draw writes no table
+            return []
         frame = frames["results"]
         frame = frame[frame.sweep != "maps"]
         n = self.cfg.length

@@ -99,8 +99,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from statsmodels.regression.linear_model import OLS  # (statsmodels.api imports all of it: ~1 s)
-from statsmodels.tools.tools import add_constant
 
 from ssa_repro.core import distributions as D
 from ssa_repro.core import plotting
@@ -253,6 +251,11 @@ def readout_bound(model) -> dict[str, float] | None:
 def _cluster_fit(x: np.ndarray | None, y: np.ndarray, groups: np.ndarray) -> tuple[float, float, float]:
     """OLS of y on [1, x] (or on 1 alone) with a cluster-robust 95% interval: (estimate, low, high) of
     the slope (or of the mean)."""
+    # imported here: statsmodels' regression costs ~1 s of imports, which every training process (its
+    # end-of-run evaluation imports this module) would pay for an evaluation it rarely runs
+    from statsmodels.regression.linear_model import OLS
+    from statsmodels.tools.tools import add_constant
+
     design = np.ones((len(y), 1)) if x is None else add_constant(x, has_constant="add")
     n_groups = len(np.unique(groups))
     cov = {"cov_type": "cluster", "cov_kwds": {"groups": groups}} if n_groups > 1 else {}
@@ -552,6 +555,16 @@ class Boundary(Evaluator):
             progress.update(1)
 
     def _derived(self, frames) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+        """(binned, by query x, boundary, training range) of ``frames``; :meth:`draw` and :meth:`summarize`
+        ask for the same frames one after the other (runner.redraw): computed once for that dict."""
+        memo = getattr(self, "_derived_memo", None)
+        if memo is not None and memo[0] is frames:  # the very dict object (kept, so its id is not reused)
+            return memo[1]
+        out = self._derive(frames)
+        self._derived_memo = (frames, out)
+        return out
+
+    def _derive(self, frames) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
         cfg = self.cfg
         pred = frames["predictions"]
         labels = {
@@ -588,6 +601,8 @@ class Boundary(Evaluator):
         for name, frame in (("binned", binned), ("by_query_x", by_x), ("boundary", bound)):
             with atomic_path(out_dir / f"{name}.csv") as tmp:
                 frame.to_csv(tmp, index=False)
+        if not plotting.enabled():  # figures off (plotting.saving): the tables above, no figure built
+            return []
         figs = plot_boundary(frames["predictions"], binned, bound, title, out_dir / "boundary")
         figs += plot_functions(frames["predictions"], bound, title, out_dir / "functions")
         return figs

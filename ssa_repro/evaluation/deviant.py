@@ -569,7 +569,11 @@ class Deviant(Evaluator):
             )
             yield {name: pd.DataFrame(rows) for name, rows in tables.items()}
             progress.update(1)
-        if any(b.attn is not None for b in run.model.blocks) and getattr(self, "out_dir", None):
+        if (
+            plotting.enabled()
+            and any(b.attn is not None for b in run.model.blocks)
+            and getattr(self, "out_dir", None)
+        ):
             self.example(run)
 
     def example(self, run) -> list[Path]:
@@ -593,6 +597,8 @@ class Deviant(Evaluator):
         )
 
     def draw(self, frames, title, out_dir: Path) -> list[Path]:
+        if not plotting.enabled():  # figures off (plotting.saving): none is built; this draw writes no table
+            return []
         grid, c = frames["results"], self.cfg
         quant = self.task.classification
         main = "sequence_error" if quant else "mse"

@@ -219,6 +219,8 @@ class Shift(Evaluator):
         return {"rows": "variant", "cols": "length", "metric": "mse_last"}
 
     def draw(self, frames, title, out_dir: Path) -> list[Path]:
+        if not plotting.enabled():  # figures off (plotting.saving): none built; this draw writes no table
+            return []
         res = frames["results"]
         out = []
         for metric in ("mse_last", "mse"):

@@ -12,79 +12,85 @@ command and ``ssa-stats-table`` use it, evaluators use :mod:`ssa_repro.stats.int
 - :mod:`~ssa_repro.stats.tables`: one row per contrast from per-seed records;
 - :mod:`~ssa_repro.stats.intervals`: intervals over prompts and over seeds.
 
-``from ssa_repro import stats`` gives them all as ``stats.<name>``.
+``from ssa_repro import stats`` gives them all as ``stats.<name>``, each submodule imported on first use
+(PEP 562): an evaluator that needs :mod:`~ssa_repro.stats.intervals` alone does not load scipy.stats
+and statsmodels' power and tests at every ``train.py`` start.
 """
 
-from ssa_repro.stats.binary import (  # noqa: F401
-    FractionTest,
-    McNemarTest,
-    discordance,
-    fraction_test,
-    generalises,
-    mcnemar_exact,
-    power_mcnemar,
-    seeds_needed_binary,
-)
-from ssa_repro.stats.equivalence import (  # noqa: F401
-    jump_bound,
-    robust_interval,
-    robust_verdict,
-    seeds_for_equivalence,
-    simulate_equivalence,
-)
-from ssa_repro.stats.factorial import (  # noqa: F401
-    factorial_2x2,
-    factorial_table,
-)
-from ssa_repro.stats.intervals import (  # noqa: F401
-    log_scale,
-    seed_interval,
-    summarize,
-    wilson,
-)
-from ssa_repro.stats.paired import (  # noqa: F401
-    ALL_VERDICTS,
-    ALTERNATIVES,
-    CONTRADICTED,
-    FLOOR,
-    MARGINS,
-    MAX_EXACT,
-    METRIC_SCALES,
-    NONZERO_WITHIN,
-    PROMPT_DESIGNS,
-    SCALES,
-    UNDERPOWERED,
-    VERDICTS,
-    WITHIN,
-    YES,
-    Contrast,
-    Margin,
-    expanded_level,
-    holm,
-    paired_bootstrap,
-    paired_contrast,
-    per_seed_differences,
-    sign_flip_p,
-    student_interval,
-    verdict,
-)
-from ssa_repro.stats.plan import (  # noqa: F401
-    Endpoint,
-    plan_table,
-    power_for_endpoint,
-    seeds_for_endpoint,
-)
-from ssa_repro.stats.power import (  # noqa: F401
-    overlap_rule,
-    power_paired,
-    power_sign_flip,
-    seed_bootstrap_many,
-    seeds_needed,
-    seeds_to_call,
-    sign_flip_p_many,
-    simulate_rule,
-)
-from ssa_repro.stats.tables import (  # noqa: F401
-    contrast_table,
-    per_seed_frame,
-)
+from __future__ import annotations
+
+import importlib
+
+# name -> the submodule that defines it
+_WHERE = {
+    "FractionTest": "binary",
+    "McNemarTest": "binary",
+    "discordance": "binary",
+    "fraction_test": "binary",
+    "generalises": "binary",
+    "mcnemar_exact": "binary",
+    "power_mcnemar": "binary",
+    "seeds_needed_binary": "binary",
+    "jump_bound": "equivalence",
+    "robust_interval": "equivalence",
+    "robust_verdict": "equivalence",
+    "seeds_for_equivalence": "equivalence",
+    "simulate_equivalence": "equivalence",
+    "factorial_2x2": "factorial",
+    "factorial_table": "factorial",
+    "log_scale": "intervals",
+    "seed_interval": "intervals",
+    "summarize": "intervals",
+    "wilson": "intervals",
+    "ALL_VERDICTS": "paired",
+    "ALTERNATIVES": "paired",
+    "CONTRADICTED": "paired",
+    "FLOOR": "paired",
+    "MARGINS": "paired",
+    "MAX_EXACT": "paired",
+    "METRIC_SCALES": "paired",
+    "NONZERO_WITHIN": "paired",
+    "PROMPT_DESIGNS": "paired",
+    "SCALES": "paired",
+    "UNDERPOWERED": "paired",
+    "VERDICTS": "paired",
+    "WITHIN": "paired",
+    "YES": "paired",
+    "Contrast": "paired",
+    "Margin": "paired",
+    "expanded_level": "paired",
+    "holm": "paired",
+    "paired_bootstrap": "paired",
+    "paired_contrast": "paired",
+    "per_seed_differences": "paired",
+    "sign_flip_p": "paired",
+    "student_interval": "paired",
+    "verdict": "paired",
+    "Endpoint": "plan",
+    "plan_table": "plan",
+    "power_for_endpoint": "plan",
+    "seeds_for_endpoint": "plan",
+    "overlap_rule": "power",
+    "power_paired": "power",
+    "power_sign_flip": "power",
+    "seed_bootstrap_many": "power",
+    "seeds_needed": "power",
+    "seeds_to_call": "power",
+    "sign_flip_p_many": "power",
+    "simulate_rule": "power",
+    "contrast_table": "tables",
+    "per_seed_frame": "tables",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'ssa_repro.stats' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"ssa_repro.stats.{_WHERE[name]}"), name)
+    globals()[name] = value  # once: later lookups find it as a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})

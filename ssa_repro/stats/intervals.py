@@ -3,8 +3,9 @@
 Within one run (over prompts), by the metric's kind (``tasks.base.Metric``):
 
 - ``rate`` (values in [0, 1]: sequence error, token error, accuracies, attention shares): the Wilson
-  score interval for the mean p̂ of n prompts (``statsmodels.stats.proportion.proportion_confint``,
-  ``method="wilson"``). For 0/1 values it is the binomial Wilson interval; for values in [0, 1] that are
+  score interval for the mean p̂ of n prompts, (p̂ + z²/2n ± z·√(p̂(1 − p̂)/n + z²/4n²)) / (1 + z²/n)
+  (written out: statsmodels' ``proportion_confint(method="wilson")``, which tests/test_intervals.py
+  checks it against, costs every training process ~1 s of imports for one formula). For 0/1 values it is the binomial Wilson interval; for values in [0, 1] that are
   not 0/1 (a prompt's share of wrong tokens), it is conservative: a variable in [0, 1] with mean p has
   variance at most p(1 − p), the binomial one, so the interval is at least as wide as a normal interval
   with the true variance would be, and it stays inside [0, 1].
@@ -21,10 +22,9 @@ with its interval) and clipped to [0, 1] for rates; with one seed there is no in
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
-from scipy import stats
-from statsmodels.stats.proportion import proportion_confint
 
 KINDS = ("rate", "positive", "real")
 
@@ -33,7 +33,10 @@ def wilson(successes: float, n: int, level: float = 0.95) -> tuple[float, float]
     """The Wilson score interval of a proportion successes / n (successes may be fractional)."""
     if n <= 0:
         return math.nan, math.nan
-    lo, hi = proportion_confint(successes, n, alpha=1 - level, method="wilson")
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    p = successes / n
+    centre, half = p + z * z / (2 * n), z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n))
+    lo, hi = (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
     # the closed form is exactly 0 (1) at no (only) successes; keep float rounding from saying otherwise
     lo = 0.0 if successes <= 0 else max(float(lo), 0.0)
     hi = 1.0 if successes >= n else min(float(hi), 1.0)
@@ -46,7 +49,7 @@ def log_scale(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     n, mean = len(v), float(v.mean()) if len(v) else math.nan
     if n < 2 or not mean > 0:
         return (mean, mean) if n >= 1 and mean == 0 else (math.nan, math.nan)
-    z = stats.norm.ppf(0.5 + level / 2)
+    z = NormalDist().inv_cdf(0.5 + level / 2)
     half = z * float(v.std(ddof=1)) / math.sqrt(n) / mean
     return mean * math.exp(-half), mean * math.exp(half)
 
@@ -65,7 +68,7 @@ def summarize(values, kind: str = "real", level: float = 0.95) -> dict:
     elif kind == "positive":
         lo, hi = log_scale(v, level)
     elif n > 1:
-        half = stats.norm.ppf(0.5 + level / 2) * float(v.std(ddof=1)) / math.sqrt(n)
+        half = NormalDist().inv_cdf(0.5 + level / 2) * float(v.std(ddof=1)) / math.sqrt(n)
         lo, hi = mean - half, mean + half
     else:
         lo = hi = math.nan
@@ -85,6 +88,8 @@ def seed_interval(values, kind: str = "real", level: float = 0.95) -> dict:
     w = np.log(v) if log else v
     mean = float(w.mean())
     if k > 1:
+        from scipy import stats  # here: the seed intervals are the reports', not a training process's
+
         half = float(stats.t.ppf(0.5 + level / 2, k - 1)) * float(w.std(ddof=1)) / math.sqrt(k)
         lo, hi = mean - half, mean + half
     else:
