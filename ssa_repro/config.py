@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,10 +120,11 @@ def load_scorer(
     ``m: ${model.max_positions}`` and schema checks apply) with ``model.n_embd=256``; ``overrides``
     adds more (e.g. ``["scorer.heads=[average]"]``). Composed through :func:`compose_cached`, once per
     option and ``overrides``: ``n_head`` and ``max_positions`` are set on the copy (the same config as
-    composing with them, interpolations being resolved on use; tests/test_scorers.py checks it).
+    composing with them, interpolations being resolved on use; tests/test_scorer_report.py checks it).
     """
     cfg = compose_cached([f"scorer={option}", "model.n_embd=256", *overrides])
     for key, value in (("n_head", n_head), ("max_positions", max_positions)):
-        if not any(o.startswith(f"model.{key}=") for o in overrides):  # an override of it wins, as before
-            cfg.model[key] = value
+        # an override of it (model.<key>=, +model.<key>=, ++model.<key>=) wins, as before
+        if not any(re.match(rf"\+{{0,2}}model\.{key}=", o) for o in overrides):
+            cfg.model[key] = int(value)
     return build_scorer(cfg.scorer, n_head, n_embd=cfg.model.n_embd)

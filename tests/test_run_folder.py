@@ -206,6 +206,20 @@ def test_typed_matches_the_composed_config():
     assert rundir.plain(typed(cfg)) == rundir.plain(cfg)
 
 
+def test_typed_keeps_a_copy_per_data_and_hands_out_independent_ones():
+    """typed() keeps its result for the same data: a second call equals the first, is a new object (a
+    caller's change does not reach the kept one), and other values or another scorer are typed anew."""
+    cfg = make_cfg("task=every", "scorer=ssa")
+    first = typed(cfg)
+    first.model.n_layer = 99
+    second = typed(cfg)
+    assert second is not first and second.model.n_layer == cfg.model.n_layer
+    assert rundir.plain(second) == rundir.plain(cfg)
+    other = make_cfg("task=every", "scorer=ssa", "model.n_layer=3")
+    assert typed(other).model.n_layer == 3 and typed(cfg).model.n_layer == cfg.model.n_layer
+    assert typed(make_cfg("task=every", "scorer=softmax")).scorer.name == "softmax"
+
+
 def test_paths_and_state(tmp_path):
     run = RunDir(tmp_path / "run")
     assert run.problems() == [f"run_dir={run.path} is not a folder"]

@@ -116,7 +116,8 @@ def test_load_scorer_equals_composing_with_its_sizes():
             want = compose("train", overrides=[*ov, "model.n_embd=256"]).scorer
         assert OmegaConf.to_container(got.cfg, resolve=True) == OmegaConf.to_container(want, resolve=True)
     assert load_scorer("cosformer", max_positions=100).cfg.m == 100
-    assert load_scorer("cosformer", max_positions=100, overrides=["model.max_positions=50"]).cfg.m == 50
+    for ov in ("model.max_positions=50", "++model.max_positions=50"):
+        assert load_scorer("cosformer", max_positions=100, overrides=[ov]).cfg.m == 50
 
 
 def test_scorer_options_are_the_yaml_stems():

@@ -63,8 +63,8 @@ def test_a_jobs_config_composed_once_per_setting_equals_hydras_with_its_seed():
         assert OmegaConf.to_yaml(got) == OmegaConf.to_yaml(want)
         assert OmegaConf.to_container(got, resolve=True) == OmegaConf.to_container(want, resolve=True)
     # a second seed= among the extra overrides: composed as given (Hydra's last seed= wins)
-    extra = study.jobs(study.load("quick"), ("seed=99",))[0]
-    assert study._compose(extra).seed == 99
+    for ov in ("seed=99", "++seed=99"):
+        assert study._compose(study.jobs(study.load("quick"), (ov,))[0]).seed == 99
 
 
 def test_an_unknown_study_names_the_known_ones():

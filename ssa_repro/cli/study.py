@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import re
 import signal
 import sys
 import threading
@@ -630,8 +631,8 @@ def _compose(job: Job) -> DictConfig:
     (:func:`run_one`) and a resumed study in the same process compose every job again (~0.5 s each).
     Seeds are alike: a setting is composed once without its ``seed=`` override and each job's seed set
     on the copy (the same config, interpolations being resolved on use; tests/test_study.py checks it)."""
-    seeds = [o for o in job.overrides if o.startswith("seed=")]
-    if seeds != [f"seed={job.seed}"]:  # a second seed= among the extra overrides: composed as given
+    seeds = [o for o in job.overrides if re.match(r"[+~]{0,2}seed\b", o)]  # seed=, +seed=, ++seed=, ~seed
+    if seeds != [f"seed={job.seed}"]:  # another seed override among the extra ones: composed as given
         return compose_cached(tuple(job.overrides), conf_dir=CONF_DIR)
     cfg = compose_cached(tuple(o for o in job.overrides if o != seeds[0]), conf_dir=CONF_DIR)
     cfg.seed = job.seed

@@ -3,10 +3,12 @@
 Within one run (over prompts), by the metric's kind (``tasks.base.Metric``):
 
 - ``rate`` (values in [0, 1]: sequence error, token error, accuracies, attention shares): the Wilson
-  score interval for the mean p̂ of n prompts, (p̂ + z²/2n ± z·√(p̂(1 − p̂)/n + z²/4n²)) / (1 + z²/n)
-  (written out: statsmodels' ``proportion_confint(method="wilson")``, which tests/test_intervals.py
-  checks it against, costs every training process ~1 s of imports for one formula). For 0/1 values it is the binomial Wilson interval; for values in [0, 1] that are
-  not 0/1 (a prompt's share of wrong tokens), it is conservative: a variable in [0, 1] with mean p has
+  score interval for the mean p̂ of n prompts, (p̂ + z²/2n ± z·√(p̂(1 − p̂)/n + z²/4n²)) / (1 + z²/n),
+  written out in statsmodels' order of operations (its ``proportion_confint(method="wilson")`` costs
+  every training process ~1 s of imports for one formula; tests/test_intervals.py checks the two agree
+  to 1e-14, z from ``statistics.NormalDist`` being within an ulp of scipy's). For 0/1 values it is the
+  binomial Wilson interval; for values in [0, 1] that are not 0/1 (a prompt's share of wrong tokens),
+  it is conservative: a variable in [0, 1] with mean p has
   variance at most p(1 − p), the binomial one, so the interval is at least as wide as a normal interval
   with the true variance would be, and it stays inside [0, 1].
 - ``positive`` (squared errors: MSE): a normal interval for log(mean) by the delta method,
@@ -35,8 +37,10 @@ def wilson(successes: float, n: int, level: float = 0.95) -> tuple[float, float]
         return math.nan, math.nan
     z = NormalDist().inv_cdf(0.5 + level / 2)
     p = successes / n
-    centre, half = p + z * z / (2 * n), z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n))
-    lo, hi = (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+    z2, denom = z * z, 1.0 + z * z / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(max(p * (1 - p), 0.0) / n + z2 / (4.0 * n**2)) / denom
+    lo, hi = centre - half, centre + half
     # the closed form is exactly 0 (1) at no (only) successes; keep float rounding from saying otherwise
     lo = 0.0 if successes <= 0 else max(float(lo), 0.0)
     hi = 1.0 if successes >= n else min(float(hi), 1.0)
