@@ -8,14 +8,13 @@ import contextvars
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.colors import LogNorm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.colors import LogNorm  # noqa: E402
+from ssa_repro.core.atomic import atomic_path
 
-from ssa_repro.core.atomic import atomic_path  # noqa: E402
+matplotlib.use("Agg")  # before pyplot is first imported (_pyplot)
 
 _SAVING = contextvars.ContextVar("saving", default=True)
 
@@ -28,10 +27,20 @@ def _seaborn():
     return seaborn
 
 
+def _pyplot():
+    """matplotlib.pyplot, imported on first use (~0.3 s of every process start otherwise)."""
+    import matplotlib.pyplot
+
+    return matplotlib.pyplot
+
+
 def __getattr__(name: str):
-    """``plotting.sns`` (and ``from ssa_repro.core.plotting import sns``): seaborn, imported then."""
+    """``plotting.sns`` and ``plotting.plt`` (and ``from ssa_repro.core.plotting import sns, plt``):
+    seaborn and matplotlib.pyplot, imported then."""
     if name == "sns":
         return _seaborn()
+    if name == "plt":
+        return _pyplot()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -55,13 +64,13 @@ def save(fig, path: Path, formats=("png", "pdf"), dpi: int = 150) -> list[Path]:
     """Write ``fig`` as PNG (for people) and PDF (for papers) next to each other, each to a temporary
     name then renamed (a killed write never leaves a truncated figure); close it."""
     if not _SAVING.get():
-        plt.close(fig)
+        _pyplot().close(fig)
         return []
     out = [Path(path).with_suffix(f".{ext}") for ext in formats]
     for p in out:
         with atomic_path(p) as tmp:
             fig.savefig(tmp, dpi=dpi, format=p.suffix[1:])
-    plt.close(fig)
+    _pyplot().close(fig)
     return out
 
 
@@ -95,7 +104,7 @@ def heatmap(
     n_cols = max(t.shape[1] for _, t in tables)
     longest = max((len(_tick(r)) for _, t in tables for r in t.index), default=0)
     pad = 0.08 * max(0, longest - 4)  # room for row names (shift variants), not only numbers
-    fig, axes = plt.subplots(
+    fig, axes = _pyplot().subplots(
         1,
         len(tables),
         figsize=(len(tables) * (1.6 + pad + 0.75 * n_cols), 1.2 + 0.45 * n_rows),
@@ -153,7 +162,7 @@ def curves(
         return []
     sns = _seaborn()
     many = frame[x].nunique() > 30  # markers would hide the lines
-    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    fig, ax = _pyplot().subplots(figsize=(6.5, 3.4))
     palette = "viridis" if pd.api.types.is_numeric_dtype(frame[hue]) else None
     sns.lineplot(
         data=frame,

@@ -111,7 +111,6 @@ from ssa_repro.tasks.base import Batch, Prompts
 from ssa_repro.tasks.baselines import least_squares
 from ssa_repro.tasks.linear import LinearTask
 
-plt = plotting.plt
 log = logging.getLogger("ssa_repro.evaluate")
 
 PREDICTORS = ("model", "least_squares")
@@ -683,6 +682,7 @@ def plot_boundary(pred: pd.DataFrame, results: pd.DataFrame, bound: pd.DataFrame
     ncol = min(2, len(sets))
     nrow = -(-len(sets) // ncol)
     width = 5.6 * ncol if ncol > 1 else 7.2
+    plt = plotting.plt
     fig, axes = plt.subplots(
         nrow, ncol, figsize=(width, 4.6 * nrow + 1.2), squeeze=False, layout="constrained"
     )
@@ -771,6 +771,7 @@ def plot_functions(pred: pd.DataFrame, bound: pd.DataFrame, title: str, path: Pa
             chosen.append((rest.a - t).abs().idxmin())
     b_all = bound[(bound.predictor == "model") & (bound.prompts == "all")].iloc[0]
     n_ctx = f"{int(pred.n_points.iloc[0]) - 1}" if "n_points" in pred else "n - 1"
+    plt = plotting.plt
     fig, ax = plt.subplots(figsize=(7.5, 5.0))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, f in enumerate(chosen):
