@@ -55,7 +55,7 @@ def test_more_seeds_for_a_sub_matrix_in_seed_major_order(tmp_path):
     assert [g[0] for g in got] == sorted(g[0] for g in got)
     assert {j.name for j in todo if j.seed == 4} == {"linear-ssa-preln-sigma1-s4"}
     # the report's missing-job count expects the same 13 jobs
-    lines = paired.missing_jobs(None, OmegaConf.to_container(s), lambda task: [])
+    lines = paired.missing_jobs(None, OmegaConf.to_container(s), lambda group, task: [])
     assert lines == ["group `core`: 0 of 13 jobs trained and indexed"]
 
 
@@ -141,13 +141,13 @@ def test_published_jobs_count_as_trained_in_the_missing_lines_and_the_inputs_are
             }
         ]
     )
-    combined = report.trained_index(index, parts, lambda task: ["grid_quantifier"])
-    assert paired.missing_jobs(combined, setup, lambda task: ["grid_quantifier"]) == [
+    combined = report.trained_index(index, parts, lambda group, task: ["grid_quantifier"])
+    assert paired.missing_jobs(combined, setup, lambda group, task: ["grid_quantifier"]) == [
         "group `core`: 5 of 6 jobs trained and indexed"
     ]
     # a published job counts with the evaluations its rows come from: one the study also asks for, and
     # none of its published rows hold, is missing for those jobs (the new job lacks it too)
-    wants = lambda task: ["grid_quantifier", "deviant"]  # noqa: E731
+    wants = lambda group, task: ["grid_quantifier", "deviant"]  # noqa: E731
     assert paired.missing_jobs(report.trained_index(index, parts, wants), setup, wants) == [
         "group `core`: 5 of 6 jobs trained and indexed",
         "group `core`, task `every_num`: `deviant` stored for 0 jobs",

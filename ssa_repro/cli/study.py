@@ -48,10 +48,9 @@ from ssa_repro.core.atomic import storage_advice, write_text
 from ssa_repro.core.rundir import RunDir, resolve_device
 from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.evaluation import EVALUATORS, runner
+from ssa_repro.evaluation.choice import chosen, study_keys
 from ssa_repro.evaluation.loading import load_run
-from ssa_repro.evaluation.registry import applicable
 from ssa_repro.reports.paired import INDEX_DTYPES
-from ssa_repro.tasks import TASKS
 from ssa_repro.training import ensemble
 
 log = logging.getLogger("ssa_repro.study")
@@ -155,40 +154,16 @@ def jobs(study: DictConfig, extra: tuple[str, ...] = ()) -> list[Job]:
     return out
 
 
-STUDY_KEYS = ("tasks", "groups", "steps")  # an evaluation's keys that the study reads (module docstring)
-
-
-def study_keys(name: str) -> tuple[str, ...]:
-    """The study's own keys of an evaluation: :data:`STUDY_KEYS` less the evaluator's own (``eval=lm``
-    has ``tasks``, its LM-eval tasks: there ``tasks`` is the evaluator's, and the task it applies to
-    follows from what the tasks support)."""
-    own = EVALUATORS.schemas[name].__dataclass_fields__
-    return tuple(k for k in STUDY_KEYS if k not in own)
-
-
 def evaluations(study: DictConfig, task_name: str, group: str | None = None) -> dict[str, DictConfig]:
-    """The study's evaluations that apply to a task (by what its declaration supports; the keys
-    ``grid_quantifier*`` and ``grid_linear*`` by its kind; an evaluation's ``tasks``, registered task
-    names, restricts it to those, its ``groups`` to those study groups when ``group`` is given)."""
-    task = TASKS.get(task_name)
-    # a task's grid: grid_<task name> where the study has one (the length tasks), else the keys
-    # grid_quantifier* or grid_linear* by the task's kind
-    own = f"grid_{task_name}"
-    kind = own if own in study.evaluations else ("grid_quantifier" if task.classification else "grid_linear")
+    """The study's evaluations that run on a job of task ``task_name`` in ``group``
+    (:func:`ssa_repro.evaluation.choice.chosen`, the rule the reports read too), each over its
+    evaluator's schema with the study's own keys (``tasks``, ``groups``, ``steps``) taken out."""
     out = {}
-    for key, settings in study.evaluations.items():
-        name = settings.name
-        if name not in applicable(task):
-            continue
-        if key.startswith("grid_") and not key.startswith(kind):
-            continue
-        mine = study_keys(name)
-        if "tasks" in mine and settings.get("tasks") is not None and task_name not in settings.tasks:
-            continue
-        if group is not None and settings.get("groups") is not None and group not in settings.groups:
-            continue
+    for key in chosen(study.evaluations, task_name, group):
+        settings = study.evaluations[key]
+        mine = study_keys(settings.name)
         settings = OmegaConf.masked_copy(settings, [k for k in settings if k not in mine])
-        out[key] = OmegaConf.merge(OmegaConf.structured(EVALUATORS.schemas[name]), settings)
+        out[key] = OmegaConf.merge(OmegaConf.structured(EVALUATORS.schemas[settings.name]), settings)
     return out
 
 

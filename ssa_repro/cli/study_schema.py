@@ -45,6 +45,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ssa_repro.config import CONF_DIR
 from ssa_repro.evaluation import EVALUATORS
+from ssa_repro.evaluation.choice import study_keys
 from ssa_repro.reports import claims, early, factorial, icl, primary
 from ssa_repro.tasks import TASKS
 
@@ -55,7 +56,6 @@ CLAIM_VOCABULARY = {"icl": (icl.CLAIM_NAMES, icl.JUDGES), "early": (early.CLAIM_
 REQUIRED = ("name", "seeds", "base", "tasks", "archs", "groups", "evaluations")
 GROUP_AXES = ("tasks", "scorers", "archs", "train_sigma")  # each group's required keys
 GROUP_KEYS = (*GROUP_AXES, "seeds", "more")
-STUDY_EVAL_KEYS = ("tasks", "groups", "steps")  # an evaluation's keys that the study reads (cli/study.py)
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # folder names: runs/<group>/<task>-<scorer>-…
 
 
@@ -277,16 +277,16 @@ def _evaluation(c: _Check, key: str, settings, study: DictConfig) -> None:
         c.bad(f"{key}.name", name, f"is not an evaluator; allowed: {', '.join(sorted(EVALUATORS.schemas))}")
         return
     fields = EVALUATORS.schemas[name].__dataclass_fields__
-    study_keys = [k for k in STUDY_EVAL_KEYS if k not in fields]  # eval=lm's `tasks` are its own
-    own = [k for k in settings if k not in study_keys]
+    mine = study_keys(name)  # the study's keys of it (evaluation/choice.py; eval=lm's `tasks` are its own)
+    own = [k for k in settings if k not in mine]
     for k in own:
         if k not in fields:
             c.bad(
                 f"{key}.{k}",
                 settings[k],
-                f"is not a key of evaluator {name!r}; allowed: {', '.join([*fields, *study_keys])}",
+                f"is not a key of evaluator {name!r}; allowed: {', '.join([*fields, *mine])}",
             )
-    if "tasks" in study_keys and settings.get("tasks") is not None:
+    if "tasks" in mine and settings.get("tasks") is not None:
         c.distinct(
             f"{key}.tasks",
             settings.tasks,

@@ -28,7 +28,6 @@ import pandas as pd
 
 from ssa_repro import stats
 from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
-from ssa_repro.evaluation.registry import applicable
 from ssa_repro.reports import claims as claims_engine
 from ssa_repro.reports import paired, primary
 from ssa_repro.reports.early_cells import CHANCE, MEAN_12, MEAN_ALL, export, main_group, per_seed, read_back
@@ -63,7 +62,6 @@ from ssa_repro.reports.study import (
     without_endpoints,
 )
 from ssa_repro.stats.intervals import wilson
-from ssa_repro.tasks import TASKS
 
 CLAIM_NAMES = (
     "zorro_group",
@@ -233,40 +231,11 @@ def decide(paths: Mapping[str, Path], setup: Mapping | None = None) -> Decided:
 
 
 # ------------------------------------------------------------------ the report
-def evaluations_for(setup: Mapping | None):
-    """(group, study task key) → the evaluation keys that apply to it: by the registered task its
-    overrides name and what that task supports, and an evaluation's ``groups`` when it has them."""
-    setup = setup or {}
-
-    def registered(task: str) -> str:
-        ov = [o.split("=", 1)[1] for o in setup.get("tasks", {}).get(task, []) if o.startswith("task=")]
-        return ov[0] if ov else task
-
-    def which(group: str, task: str) -> list[str]:
-        name = registered(task)
-        if name not in TASKS:
-            return []
-        supports = applicable(TASKS.get(name))
-        return [
-            k
-            for k, v in setup.get("evaluations", {}).items()
-            if v.get("name") in supports and (not v.get("groups") or group in v.get("groups"))
-        ]
-
-    return which
-
-
 def missing_jobs(index: pd.DataFrame | None, setup: Mapping | None) -> list[str]:
-    """What the study's config asks for and the index lacks (``paired.missing_jobs``, group by group, so
-    that an evaluation limited to some ``groups`` is expected only there)."""
-    if not setup:
-        return []
-    which = evaluations_for(setup)
-    lines = []
-    for group in setup.get("groups", {}):
-        one = {**setup, "groups": {group: setup["groups"][group]}}
-        lines += paired.missing_jobs(index, one, lambda task, g=group: which(g, task))
-    return lines
+    """What the study's config asks for and the index lacks (``paired.missing_jobs`` with the runner's
+    rule, :func:`paired.evaluated_keys`: an evaluation limited to some ``groups`` is expected only
+    there)."""
+    return paired.missing_jobs(index, setup, paired.evaluated_keys(setup)) if setup else []
 
 
 def findings_markdown(

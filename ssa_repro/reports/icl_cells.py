@@ -16,45 +16,11 @@ Per-seed values (``reports/paired.py``; one row per job × predictor × metric �
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 import pandas as pd
 
 from ssa_repro.reports import paired
 from ssa_repro.reports.icl_frame import ERRORS, GRID_KINDS, KNOWN_GROUPS, REGIONS, _g
-
-
-def evaluations_for(setup: Mapping | None):
-    """task key → the evaluation keys the study runs on it (for the missing-data notes): the task's own
-    grid (``grid_<task>``) where the study has one, else grids by the key's prefix and the task's kind; an evaluation with ``tasks:`` (registered task names) only on
-    those; deviant and scale on every task, boundary on linear."""
-    setup = setup or {}
-    evals = setup.get("evaluations", {})
-
-    def registered(task: str) -> str:
-        ov = [o.split("=", 1)[1] for o in setup.get("tasks", {}).get(task, []) if o.startswith("task=")]
-        return ov[0] if ov else task
-
-    def which(task: str) -> list[str]:
-        # as the runner chooses (cli/study.py `evaluations`): the task's own grid_<task> where the study
-        # has one (the length tasks), else grid_linear* or grid_quantifier* by its kind
-        own = f"grid_{registered(task)}"
-        kind = own if own in evals else ("grid_linear" if registered(task) == "linear" else "grid_quantifier")
-        out = []
-        for key, spec in evals.items():
-            only = (spec or {}).get("tasks")
-            if only and registered(task) not in only:
-                continue
-            if (
-                key.startswith(kind)
-                or key.startswith(("deviant", "scale"))
-                or (key.startswith("boundary") and kind == "grid_linear")
-            ):
-                out.append(key)
-        return out
-
-    return which
 
 
 def _model_or_one_baseline(c: pd.DataFrame) -> np.ndarray:

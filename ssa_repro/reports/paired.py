@@ -31,6 +31,7 @@ import pandas as pd
 from ssa_repro import stats
 from ssa_repro.core import matrix
 from ssa_repro.core.atomic import write_bytes, write_text
+from ssa_repro.evaluation.choice import chosen
 from ssa_repro.evaluation.store import stored
 
 JOB_COLUMNS = ["group", "task", "scorer", "arch", "train_sigma", "seed"]
@@ -516,9 +517,12 @@ def power_table(table: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------ missing data
-def missing_jobs(index: pd.DataFrame | None, setup: Mapping | None, evaluated: Callable[[str], list[str]]):
+def missing_jobs(
+    index: pd.DataFrame | None, setup: Mapping | None, evaluated: Callable[[str, str], list[str]]
+):
     """Lines naming what the study's config asks for and the index lacks: per group, jobs not in the
-    index, and evaluations (``evaluated(task)``: the evaluation keys that apply to a task) not stored."""
+    index, and evaluations (``evaluated(group, task)``: the evaluation keys that run on a job of that
+    study task key in that group, :func:`evaluated_keys`) not stored."""
     if not setup:
         return []
     lines = []
@@ -530,10 +534,36 @@ def missing_jobs(index: pd.DataFrame | None, setup: Mapping | None, evaluated: C
         if got < expected:
             lines.append(f"group `{group}`: {got} of {expected} jobs trained and indexed")
         for task in g["tasks"]:
-            want = evaluated(task)
+            want = evaluated(group, task)
             t = rows[rows.task == task]
             for key in want:
                 n = t[t.evaluation == key].job.nunique() if len(t) else 0
                 if n < t.job.nunique() or (got and not len(t)):
                     lines.append(f"group `{group}`, task `{task}`: `{key}` stored for {n} jobs")
     return lines
+
+
+def evaluated_keys(setup: Mapping | None) -> Callable[[str, str], list[str]]:
+    """(group, study task key) → the study's evaluation keys that run on such a job: the runner's rule
+    (:func:`ssa_repro.evaluation.choice.chosen`) on the registered task the key's ``task=`` override
+    names, or, where the key names it through another option (``experiment=paper_every``), the task of
+    the study's base and the key's overrides composed as the runner composes them."""
+    setup = setup or {}
+    evals, tasks = setup.get("evaluations", {}), setup.get("tasks", {})
+    names: dict[str, str] = {}
+
+    def registered(task: str) -> str:
+        if task not in names:
+            named = [o.split("=", 1)[1] for o in tasks.get(task, []) if o.startswith("task=")]
+            if named or task not in tasks:
+                names[task] = named[-1] if named else task
+            else:
+                from ssa_repro.config import compose_cached  # here: composing is the runner's cost
+
+                names[task] = str(compose_cached((*setup.get("base", []), *tasks[task])).task.name)
+        return names[task]
+
+    def which(group: str, task: str) -> list[str]:
+        return chosen(evals, registered(task), group)
+
+    return which

@@ -511,7 +511,7 @@ def write(
     parts = icl_cells.per_seed(index) if index is not None else {}
     parts, prior_inputs = with_prior(parts, prior)
     paths = paired.export(parts, figdir)
-    evaluated = icl_cells.evaluations_for(setup)
+    evaluated = paired.evaluated_keys(setup)
     missing = paired.missing_jobs(trained_index(index, parts, evaluated), setup, evaluated)
     inputs = run_inputs(root, index, missing, paths)
     if prior_inputs is not None:
@@ -567,7 +567,7 @@ def trained_index(
 ) -> pd.DataFrame | None:
     """``index`` (job → evaluations) with the jobs that only published rows hold (:func:`with_prior`)
     added, each with the evaluations its published rows come from (their ``evaluation`` column; every
-    evaluation ``evaluated(task)`` names where rows carry none): what :func:`paired.missing_jobs`
+    evaluation ``evaluated(group, task)`` names where rows carry none): what :func:`paired.missing_jobs`
     counts, so the *Missing* lines of a continued report are its own, not the earlier report's."""
     rows = [
         f[[*paired.JOB_COLUMNS, *(["evaluation"] if "evaluation" in f else [])]]
@@ -587,7 +587,7 @@ def trained_index(
         job = f"{task}-{scorer}-{arch}-sigma{sigma:g}-s{seed}"
         if (group, job) in known:
             continue
-        for evaluation in sorted(evals) or evaluated(task) or [None]:
+        for evaluation in sorted(evals) or evaluated(group, task) or [None]:
             extra.append({"group": group, "task": task, "job": job, "evaluation": evaluation})
     if not extra:
         return index
