@@ -24,8 +24,6 @@ import logging
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from ssa_repro.cli import arguments, commands, study
 from ssa_repro.core.atomic import storage_advice
 from ssa_repro.reports import early
@@ -102,11 +100,11 @@ def run(a: argparse.Namespace) -> int:
         with storage_advice("--out <another folder>"):
             if a.from_csv is not None:  # no run folder is read: the CSVs and report_inputs.json are all
                 render = RENDERERS[report_of(cfg)]
-                setup = OmegaConf.to_container(cfg)
+                setup = study.report_setup(cfg)
                 path = icl_report.from_csv(render, Path(a.from_csv), out, cfg.name, command, setup)
             else:
                 study.report_index(root, cfg)  # a cut index is rebuilt from the jobs' rows, or refused
-                setup = OmegaConf.to_container(cfg)
+                setup = study.report_setup(cfg)
                 if a.continue_from is not None:
                     prior = Path(a.continue_from)
                     path = icl_report.write(root, out, cfg.name, command, setup, prior=prior)

@@ -167,6 +167,20 @@ def evaluations(study: DictConfig, task_name: str, group: str | None = None) -> 
     return out
 
 
+def report_setup(study: DictConfig) -> dict:
+    """The study's config as the report reads it (a plain dict), with ``task_names``: each task key's
+    registered task as the runner composes it (``experiment=paper_every`` names ``every``), so the
+    report's missing-data notes expect the evaluations the runner runs (reports/paired.py
+    ``evaluated_keys``; the reports do not compose)."""
+    setup = OmegaConf.to_container(study)
+    names = {}
+    for key, overrides in study.tasks.items():
+        named = [o.split("=", 1)[1] for o in overrides if o.startswith("task=")]
+        names[str(key)] = named[-1] if named else str(compose_cached((*study.base, *overrides)).task.name)
+    setup["task_names"] = names
+    return setup
+
+
 def eval_steps(study: DictConfig, key: str) -> list[int | None]:
     """The checkpoint steps evaluation ``key`` runs at (``steps``); [None]: the last checkpoint."""
     steps = study.evaluations[key].get("steps")

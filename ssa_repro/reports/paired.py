@@ -545,23 +545,17 @@ def missing_jobs(
 
 def evaluated_keys(setup: Mapping | None) -> Callable[[str, str], list[str]]:
     """(group, study task key) → the study's evaluation keys that run on such a job: the runner's rule
-    (:func:`ssa_repro.evaluation.choice.chosen`) on the registered task the key's ``task=`` override
-    names, or, where the key names it through another option (``experiment=paper_every``), the task of
-    the study's base and the key's overrides composed as the runner composes them."""
+    (:func:`ssa_repro.evaluation.choice.chosen`) on the key's registered task: from ``task_names`` where
+    the setup has it (``cli/study.py`` ``report_setup``: as the runner composes it), else the key's
+    ``task=`` override, else the key itself."""
     setup = setup or {}
-    evals, tasks = setup.get("evaluations", {}), setup.get("tasks", {})
-    names: dict[str, str] = {}
+    evals, tasks, names = setup.get("evaluations", {}), setup.get("tasks", {}), setup.get("task_names", {})
 
     def registered(task: str) -> str:
-        if task not in names:
-            named = [o.split("=", 1)[1] for o in tasks.get(task, []) if o.startswith("task=")]
-            if named or task not in tasks:
-                names[task] = named[-1] if named else task
-            else:
-                from ssa_repro.config import compose_cached  # here: composing is the runner's cost
-
-                names[task] = str(compose_cached((*setup.get("base", []), *tasks[task])).task.name)
-        return names[task]
+        if task in names:
+            return names[task]
+        named = [o.split("=", 1)[1] for o in tasks.get(task, []) if o.startswith("task=")]
+        return named[-1] if named else task
 
     def which(group: str, task: str) -> list[str]:
         return chosen(evals, registered(task), group)
