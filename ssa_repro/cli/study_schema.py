@@ -28,6 +28,10 @@ A study file, after merging over the study it names in ``defaults``, has these k
                 after the endpoints were declared; the endpoints are decided on these seeds alone (a
                 confirmatory test), every seed's estimate shown beside, exploratory. ``null`` (a child
                 study) removes its parent's
+``replication`` optional, with ``primary``: ``{seeds, endpoints}``, a second confirmatory test on new
+                seeds (distinct integers ≥ 0, none of them a confirmatory seed) of some of the endpoints
+                (distinct names in ``primary``), declared after the first was read and before its own
+                runs; decided on those seeds alone, Holm over its endpoints. ``null`` removes a parent's
 ==============  =========================================================================================
 
 A duplicate in a list is refused: two equal seeds (or scorers, …) would make one job twice, and the
@@ -50,7 +54,7 @@ from ssa_repro.reports import claims, early, factorial, icl, primary
 from ssa_repro.tasks import TASKS
 
 TOP = {"defaults", "name", "report", "seeds", "base", "tasks", "archs", "groups", "evaluations", "claims"}
-TOP |= {"factorials", "primary", "confirmatory_seeds"}
+TOP |= {"factorials", "primary", "confirmatory_seeds", "replication"}
 CLAIM_VOCABULARY = {"icl": (icl.CLAIM_NAMES, icl.JUDGES), "early": (early.CLAIM_NAMES, early.JUDGES)}
 """Per report (a study's ``report`` key; ``icl`` without one): the values and judges its claims may name."""
 REQUIRED = ("name", "seeds", "base", "tasks", "archs", "groups", "evaluations")
@@ -190,6 +194,7 @@ def problems(study: DictConfig, file: str) -> list[str]:
                     "endpoint on a claim's contrast (claim, contrast)",
                 )
     _confirmatory(c, study, seeds_allowed)
+    _replication(c, study, seeds_allowed)
     return c.out
 
 
@@ -207,6 +212,39 @@ def _confirmatory(c: _Check, study: DictConfig, seeds_allowed: str) -> None:
             "is given without primary endpoints (the seeds they are decided on); allowed: with a "
             "`primary:` section, or null",
         )
+
+
+def _replication(c: _Check, study: DictConfig, seeds_allowed: str) -> None:
+    """``replication``: ``{seeds, endpoints}``, new seeds for some declared primary endpoints."""
+    r = study.get("replication")
+    if r is None:
+        return
+    if not isinstance(r, DictConfig) or set(r) != {"seeds", "endpoints"}:
+        c.bad(
+            "replication",
+            _plain(r),
+            "is not a mapping with exactly the keys seeds, endpoints; allowed: "
+            "{seeds: [distinct integers >= 0], endpoints: [names in primary]}, or null",
+        )
+        return
+    c.distinct("replication.seeds", r.seeds, lambda v: _is_int(v) and v >= 0, seeds_allowed)
+    earlier = set(_plain(study.get("confirmatory_seeds")) or ())
+    again = sorted(earlier & set(_plain(r.seeds) or ()) if isinstance(r.seeds, ListConfig) else ())
+    if again:
+        c.bad(
+            "replication.seeds",
+            again,
+            "are confirmatory seeds already; allowed: seeds not in "
+            "confirmatory_seeds (a replication runs new seeds)",
+        )
+    endpoints = _plain(study.get("primary"))
+    names = [n for n, e in endpoints.items() if e is not None] if isinstance(endpoints, dict) else []
+    c.distinct(
+        "replication.endpoints",
+        r.endpoints,
+        lambda v: v in names,
+        "names of declared primary endpoints: " + (", ".join(names) or "none declared"),
+    )
 
 
 def _group(c: _Check, key: str, g, study: DictConfig, scorers: list[str], seeds_allowed: str) -> None:
