@@ -228,6 +228,13 @@ def _replication(c: _Check, study: DictConfig, seeds_allowed: str) -> None:
         )
         return
     c.distinct("replication.seeds", r.seeds, lambda v: _is_int(v) and v >= 0, seeds_allowed)
+    if study.get("confirmatory_seeds") is None:
+        c.bad(
+            "replication",
+            _plain(r),
+            "is given without confirmatory_seeds (a replication repeats a confirmatory test on new "
+            "seeds); allowed: with confirmatory_seeds, or null",
+        )
     earlier = set(_plain(study.get("confirmatory_seeds")) or ())
     again = sorted(earlier & set(_plain(r.seeds) or ()) if isinstance(r.seeds, ListConfig) else ())
     if again:

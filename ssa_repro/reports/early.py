@@ -48,6 +48,7 @@ from ssa_repro.reports.early_tables import (
 from ssa_repro.reports.paired import Claim
 from ssa_repro.reports.study import (
     Decided,
+    before_declaration,
     claims_markdown,
     confirm,
     figure_lines,
@@ -56,6 +57,7 @@ from ssa_repro.reports.study import (
     primary_lines,
     provenance_lines,
     read_index,
+    replicate,
     run_inputs,
     save_inputs,
     section,
@@ -214,6 +216,8 @@ def decide(paths: Mapping[str, Path], setup: Mapping | None = None) -> Decided:
     elif eps:
         primaries, extra = confirm(eps, seeds, frame, found_claims, None, ctx)
         extra["explored"] = primary.all_seeds(eps, table, pd.DataFrame(), frame, found_claims)
+        extra |= replicate(eps, setup.get("replication"), frame, found_claims, None, ctx)
+        extra["earlier"] = before_declaration(extra)
     else:
         primaries = pd.DataFrame()
     if len(table):

@@ -62,6 +62,32 @@ NOTE = (
     "this report is exploratory, each contrast corrected within its own stated family."
 )
 NO_CONFIRMATORY = "no confirmatory seeds run yet"
+REPLICATION = "replication"  # the family of a replication's endpoints (Holm over them, on its seeds)
+NO_REPLICATION = "no replication seeds run yet"
+
+
+def replication_note(replication: Mapping | None, run=(), eps: Mapping | None = None) -> str:
+    """The opening's second paragraph where the study declares a ``replication`` (``{seeds,
+    endpoints}``): new seeds for some endpoints, declared after the confirmatory test had been read,
+    deciding them again on those seeds alone (``run``: those in the data); "" without one."""
+    if not replication:
+        return ""
+    names = [n for n in replication["endpoints"] if n in (eps or {})]
+    declared = seed_ranges(replication["seeds"])
+    head = (
+        f"A replication was declared after the confirmatory test had been read and before seeds {declared} "
+        f"were run: {len(names)} of the endpoints ({', '.join(names)}) tested again on those new seeds alone, "
+        f"Holm over {'the ' + str(len(names)) if len(names) > 1 else 'it alone'} (family `{REPLICATION}`, "
+        f"k = {len(names)}). The confirmatory seeds are not extended (a "
+        "second look at them would spend their α again); the two tests stand side by side, neither "
+        "overrides the other. "
+    )
+    if not len(run):
+        return head + f"{NO_REPLICATION.capitalize()}: none of seeds {declared} is in this report's data."
+    return (
+        head
+        + f"Seeds in the data: {seed_ranges(run)} ({len(run)} of the {len(replication['seeds'])} declared)."
+    )
 
 
 def note(confirmatory=None, run=(), earlier=()) -> str:
@@ -192,11 +218,17 @@ def _contrast(r) -> stats.Contrast:
 
 
 def decide(
-    eps: Mapping[str, Mapping], table: pd.DataFrame, designs: pd.DataFrame, frame: pd.DataFrame, claims
+    eps: Mapping[str, Mapping],
+    table: pd.DataFrame,
+    designs: pd.DataFrame,
+    frame: pd.DataFrame,
+    claims,
+    family: str = FAMILY,
 ) -> pd.DataFrame:
     """One row per declared endpoint found in the claims table or the designs' table, Holm over the
-    family ``primary`` (k = the declared count); the claims table's and the designs' rows of these
-    endpoints get the same p_Holm, family and verdict (in place: one Holm p per contrast)."""
+    ``family`` (``primary``, or a replication's; k = the declared count); the claims table's and the
+    designs' rows of these endpoints get the same p_Holm, family and verdict (in place: one Holm p per
+    contrast)."""
     k = len(eps)
     found = [(name, e, *hit) for name, e in eps.items() if (hit := _find(e, table, designs))]
     if not found:
@@ -220,7 +252,7 @@ def decide(
         else:
             v = stats.verdict(c, margin=r["margin"], claimed_sign=sign, p_adjusted=ph, inside_margin=True)
         target = table if where == "claim" else designs
-        target.loc[idx, ["p_holm", "family", "family_k", "verdict"]] = [ph, FAMILY, k, v]
+        target.loc[idx, ["p_holm", "family", "family_k", "verdict"]] = [ph, family, k, v]
         d = np.asarray(r["per_seed"], dtype=float)
         n = int(r["n_seeds"])
         rows.append(
@@ -237,6 +269,7 @@ def decide(
                 "p_value": r["p_value"],
                 "p_holm": ph,
                 "k": k,
+                "family": family,
                 "planned d_z": float(e["effect"]),
                 "power (planned d_z)": stats.power_for_endpoint(float(e["effect"]), n, k=k, alpha=ALPHA),
                 "power (observed d_s, ties)": paired.observed_power(d, ALPHA / k),
@@ -383,7 +416,13 @@ def simulated_rates(
 
 
 def results_table(
-    decided: pd.DataFrame, explored: pd.DataFrame | None = None, run=None, eps: Mapping | None = None
+    decided: pd.DataFrame,
+    explored: pd.DataFrame | None = None,
+    run=None,
+    eps: Mapping | None = None,
+    replicated: pd.DataFrame | None = None,
+    replication: Mapping | None = None,
+    replication_run=(),
 ) -> pd.DataFrame:
     """The report's table: per endpoint the estimate with its interval, seeds (ties), p raw and p_Holm
     in the primary family, the power at the seeds run (planned d_z; observed d_s), the verdict, and for
@@ -392,7 +431,9 @@ def results_table(
     With confirmatory seeds (``explored``: :func:`all_seeds`; ``run``: the confirmatory seeds in the
     data; ``eps``: the endpoints, in their order): two rows per endpoint, first the confirmatory test
     (``decided``: on those seeds alone; "no confirmatory seeds run yet" where it has none), then the
-    same contrast on every seed, exploratory, with the p_Holm of its own family and no power."""
+    same contrast on every seed, exploratory, with the p_Holm of its own family and no power. With a
+    ``replication`` (``replicated``: its endpoints decided on its seeds alone, ``replication_run``: its
+    seeds in the data): between the two, the replication's row of each endpoint it names."""
     if explored is None:
         return pd.DataFrame([{"endpoint": r["text"], **_result_row(r)} for _, r in decided.iterrows()])
     run = sorted(int(x) for x in (run or ()))
@@ -404,19 +445,35 @@ def results_table(
     for name, e in (eps or {}).items():
         if name not in conf.index and name not in every.index:
             continue
+        mine = []  # this endpoint's rows: its text on the first only
         if name in conf.index:
             r = conf.loc[name]
             test = f"confirmatory: seeds {seed_ranges(run)} (n = {int(r['n_seeds'])})"
-            rows.append({"endpoint": e["text"], "test": test, **_result_row(r, k=k)})
+            mine.append({"test": test, **_result_row(r, k=k)})
         elif run:  # some confirmatory seeds run, none of them for this endpoint
-            rows.append({"endpoint": e["text"], "test": NO_CONFIRMATORY})
+            mine.append({"test": NO_CONFIRMATORY})
+        if replication and name in replication["endpoints"]:
+            mine.append(_replication_row(name, replicated, replication_run, k))
         if name in every.index:
             r = every.loc[name]
             test = f"all seeds, exploratory (n = {int(r['n_seeds'])})"
-            text = "" if rows and rows[-1]["endpoint"] == e["text"] else e["text"]
-            rows.append({"endpoint": text, "test": test, **_result_row(r, k=k, exploratory=True)})
+            mine.append({"test": test, **_result_row(r, k=k, exploratory=True)})
+        rows += [{"endpoint": e["text"] if i == 0 else "", **m} for i, m in enumerate(mine)]
     out = pd.DataFrame(rows)
     return out.fillna("—") if len(out) else out
+
+
+def _replication_row(name: str, replicated, run, k: int) -> dict:
+    """An endpoint's replication row in :func:`results_table` (its p_Holm in the replication's family,
+    named in the cell: that family's k may differ from the column's)."""
+    hit = replicated[replicated.endpoint == name] if replicated is not None and len(replicated) else None
+    if hit is None or not len(hit):
+        return {"test": NO_REPLICATION}
+    r = hit.iloc[0]
+    row = {"test": f"replication: seeds {seed_ranges(run)} (n = {int(r['n_seeds'])})"}
+    row.update(_result_row(r, k=k))
+    row[f"p_Holm (primary, k = {k})"] = f"{r['p_holm']:.2g} (family `{REPLICATION}`, k = {int(r['k'])})"
+    return row
 
 
 def _result_row(r, k: int | None = None, exploratory: bool = False) -> dict:

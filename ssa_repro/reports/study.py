@@ -81,7 +81,9 @@ class Decided:
     ``primaries``: their results, :func:`primary.decide`). With the study's ``confirmatory_seeds``
     (``confirmatory``, as declared): ``primaries`` are decided on those seeds alone (``run``: those in
     the data; ``earlier``: the data's other seeds, run before the declaration), and ``explored`` holds
-    the same contrasts on every seed, in their own families (:func:`primary.all_seeds`)."""
+    the same contrasts on every seed, in their own families (:func:`primary.all_seeds`). With its
+    ``replication`` (as declared: ``{seeds, endpoints}``): ``replicated`` holds those endpoints decided
+    on its seeds alone (``replication_run``: those in the data), in the family ``replication``."""
 
     frame: pd.DataFrame
     claims: list
@@ -94,6 +96,9 @@ class Decided:
     run: list = field(default_factory=list)
     earlier: list = field(default_factory=list)
     explored: pd.DataFrame = field(default_factory=pd.DataFrame)
+    replication: dict | None = None
+    replication_run: list = field(default_factory=list)
+    replicated: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def decide(paths: dict[str, Path], setup: dict | None = None) -> Decided:
@@ -125,6 +130,8 @@ def decide(paths: dict[str, Path], setup: dict | None = None) -> Decided:
     else:
         primaries, extra = confirm(eps, seeds, frame, claims, setup.get("factorials"), ctx)
         extra["explored"] = primary.all_seeds(eps, table, designs, frame, claims)
+        extra |= replicate(eps, setup.get("replication"), frame, claims, setup.get("factorials"), ctx)
+        extra["earlier"] = before_declaration(extra)
     if len(table):
         per_claim = table.groupby("claim", sort=False).verdict.agg(lambda v: paired.claim_verdict(list(v)))
         table["claim_verdict"] = table.claim.map(per_claim)
@@ -141,8 +148,36 @@ def decide(paths: dict[str, Path], setup: dict | None = None) -> Decided:
     return Decided(frame, claims, table, found, designs, eps, primaries, **extra)
 
 
+def replicate(eps: dict, replication: dict | None, frame, claims: list, factorials: dict | None, ctx) -> dict:
+    """A declared ``replication`` (``{seeds, endpoints}``): its endpoints decided on its seeds alone
+    (:func:`confirm`, Holm over them in the family ``replication``), as :class:`Decided`'s
+    ``replication``, ``replication_run``, ``replicated``; the confirmatory test's ``earlier`` seeds
+    (run before the declaration) lose the replication's, which were run after it. {} without one."""
+    if not replication or not eps:
+        return {}
+    mine = {n: eps[n] for n in replication["endpoints"] if n in eps}
+    results, extra = confirm(mine, replication["seeds"], frame, claims, factorials, ctx, primary.REPLICATION)
+    return {
+        "replication": {"seeds": extra["confirmatory"], "endpoints": list(mine)},
+        "replication_run": extra["run"],
+        "replicated": results,
+    }
+
+
+def before_declaration(extra: dict) -> list:
+    """The seeds run before the endpoints were declared: neither confirmatory nor a replication's."""
+    later = set(extra.get("replication", {}).get("seeds", ()))
+    return [s for s in extra.get("earlier", ()) if s not in later]
+
+
 def confirm(
-    eps: dict, seeds, frame: pd.DataFrame, claims: list, factorials: dict | None, ctx
+    eps: dict,
+    seeds,
+    frame: pd.DataFrame,
+    claims: list,
+    factorials: dict | None,
+    ctx,
+    family: str = primary.FAMILY,
 ) -> tuple[pd.DataFrame, dict]:
     """The primary endpoints decided on the confirmatory ``seeds`` alone (:func:`primary.decide` on the
     endpoints' claims and designs recomputed on the per-seed frame restricted to those seeds; the claims
@@ -163,7 +198,7 @@ def confirm(
     designs = factorial.table(
         sub, {k: v for k, v in (factorials or {}).items() if k in used}, ctx, primary.design_cells(eps)
     )
-    return primary.decide(eps, table, designs, sub, claims), extra
+    return primary.decide(eps, table, designs, sub, claims, family), extra
 
 
 def without_endpoints(table: pd.DataFrame, eps: dict) -> pd.DataFrame:
@@ -293,7 +328,8 @@ def _primary_line(r) -> str:
     sc = r["scale"]
     return (
         f"**{r['text']}** = {paired.fmt(r['estimate'], sc)} [{paired.fmt(r['low'], sc)}, "
-        f"{paired.fmt(r['high'], sc)}], p_Holm {r['p_holm']:.2g} (primary, k = {int(r['k'])}), "
+        f"{paired.fmt(r['high'], sc)}], p_Holm {r['p_holm']:.2g} ({r.get('family', primary.FAMILY)}, "
+        f"k = {int(r['k'])}), "
         f"{int(r['n_seeds'])} seeds, {int(r['seeds_worse'])} against the claimed direction"
         f"{_generalising(r['binary'])}: **{r['verdict']}**{_side(r)}; power at these seeds "
         f"{r['power (observed d_s, ties)']:.2f} (observed d_s), {r['power (planned d_z)']:.2f} (planned d_z "
@@ -330,8 +366,17 @@ def confirmatory_findings(decided: Decided) -> list[str]:
             f"{primary.NO_CONFIRMATORY}, so none is decided; the estimates on the seeds run, exploratory; "
             "see *Primary endpoints*):"
         )
+    rep = decided.replication
+    if rep:
+        again_text = (
+            f"; a replication of {len(rep['endpoints'])} of them, declared after the confirmatory test had "
+            f"been read, decides them again on new seeds {seed_ranges(rep['seeds'])} alone"
+            + ("" if decided.replication_run else f" ({primary.NO_REPLICATION})")
+        )
+        head = head.replace("; see *Primary endpoints*", again_text + "; see *Primary endpoints*")
     conf = decided.primaries.set_index("endpoint") if len(decided.primaries) else pd.DataFrame()
     every = decided.explored.set_index("endpoint") if len(decided.explored) else pd.DataFrame()
+    again = decided.replicated.set_index("endpoint") if len(decided.replicated) else pd.DataFrame()
     lines = [head, ""]
     i = 0
     for name, e in decided.eps.items():
@@ -343,6 +388,10 @@ def confirmatory_findings(decided: Decided) -> list[str]:
             line = f"{i}. Confirmatory (seeds {seed_ranges(decided.run)}): {_primary_line(r)}"
         else:
             line = f"{i}. **{e['text']}**: {primary.NO_CONFIRMATORY} (seeds {declared} declared)."
+        if name in again.index:
+            line += f" Replication (seeds {seed_ranges(decided.replication_run)}): {_primary_line(again.loc[name])}"
+        elif rep and name in rep["endpoints"]:
+            line += f" Replication: {primary.NO_REPLICATION} (seeds {seed_ranges(rep['seeds'])} declared)."
         if name in every.index:
             line += f" All seeds (exploratory): {_explored_text(every.loc[name])}."
         lines.append(line)
@@ -826,6 +875,11 @@ def primary_lines(decided: Decided) -> list[str]:
         "",
         primary.note(decided.confirmatory, decided.run, decided.earlier),
         "",
+        *(
+            [primary.replication_note(decided.replication, decided.replication_run, decided.eps), ""]
+            if decided.replication
+            else []
+        ),
         f"Power analysis (`stats.plan_table`): for each of the k = {k} endpoints the seeds needed for ≥ 80% "
         f"power at Holm's first level α/k = {0.05 / k:.4g}, for the continuous outcome (exact sign-flip test "
         "at the planned d_z) and, where a threshold is declared, for the fraction of seeds that generalise "
@@ -834,15 +888,30 @@ def primary_lines(decided: Decided) -> list[str]:
         markdown_table(primary.plan(decided.eps, k)),
         "",
     ]
+    rep = decided.replication
+    if rep and len(rep["endpoints"]) != k:  # its own Holm level
+        kr = len(rep["endpoints"])
+        lines += [
+            f"The replication's {kr} endpoint{'s' if kr > 1 else ''} at its Holm level α/{kr} = {0.05 / kr:.4g}:",
+            "",
+            markdown_table(primary.plan({n: decided.eps[n] for n in rep["endpoints"]}, kr)),
+            "",
+        ]
     if decided.confirmatory is not None and (len(decided.primaries) or len(decided.explored)):
         declared = seed_ranges(decided.confirmatory)
         lines += [
             (
                 f"Results (b − a): per endpoint the confirmatory test on seeds {seed_ranges(decided.run)} "
                 f"alone (of {declared}, declared; the power at those seeds for the planned d_z, and for "
-                "differences like the observed ones with their ties, `stats.power_sign_flip`), then the "
-                "same contrast on every seed, exploratory: its p_Holm is its own claim's or design's "
-                "family's, and it decides nothing."
+                "differences like the observed ones with their ties, `stats.power_sign_flip`), "
+                + (
+                    f"then the replication's test on its seeds alone (of {seed_ranges(decided.replication['seeds'])}, "
+                    "declared), "
+                    if decided.replication
+                    else ""
+                )
+                + "then the same contrast on every seed, exploratory: its p_Holm is its own claim's or "
+                "design's family's, and it decides nothing."
                 if decided.run
                 else f"Results (b − a): {primary.NO_CONFIRMATORY} (seeds {declared} declared), so no "
                 "endpoint is decided; per endpoint the same contrast on the seeds run, exploratory: its "
@@ -850,7 +919,15 @@ def primary_lines(decided: Decided) -> list[str]:
             ),
             "",
             markdown_table(
-                primary.results_table(decided.primaries, decided.explored, decided.run, decided.eps)
+                primary.results_table(
+                    decided.primaries,
+                    decided.explored,
+                    decided.run,
+                    decided.eps,
+                    decided.replicated,
+                    decided.replication,
+                    decided.replication_run,
+                )
             ),
             "",
         ]
@@ -869,7 +946,7 @@ def primary_lines(decided: Decided) -> list[str]:
         r = shown[shown.text == e["text"]]
         margin = float(r.margin.iloc[0]) if len(r) else 0.05
         # the seed counts the bimodal endpoints were decided at (every seed and the confirmatory ones)
-        both = [f for f in (decided.primaries, decided.explored) if len(f)]
+        both = [f for f in (decided.primaries, decided.replicated, decided.explored) if len(f)]
         counts = [int(x) for f in both for x in f[f.binary.notna()].n_seeds]
         lines += [
             "Bimodal endpoints (a seed generalises or it does not) decide “within ±m” by the robust rule "
