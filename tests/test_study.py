@@ -602,7 +602,32 @@ def test_a_ladder_title_names_every_rung_and_the_core_title_its_size():
     assert all(a in head for a in ("A_2L32_3k", "B_2L32_12k", "C_4L64_12k")), head
     assert not any(a in head for a in ("postln", "attn_only", "preln_nofinal")), head  # icl_cpu's, inherited
     core = report.title("icl_cpu", OmegaConf.to_container(study.load("icl_cpu")))
-    assert "2-layer, width-32" in core and "3000 steps" in core
+    assert "2-layer, width-32" in core and "3000 steps on" in core  # every group trains the base's size
+
+
+def test_a_title_names_the_groups_trained_at_another_size():
+    """length_cpu's group mqar trains width 64 for 8,000 steps (its task key's overrides): the title
+    says so beside the base's size (it used to give the base's alone)."""
+    head = report.title("length_cpu", OmegaConf.to_container(study.load("length_cpu")))
+    assert (
+        "2-layer, width-32 transformers trained for 3000 steps (group mqar: 2-layer, width-64, 8000 steps)"
+        in head
+    )
+    made = {
+        "base": ["model.n_layer=2", "model.n_embd=32", "train.steps=100"],
+        "tasks": {"t": [], "long": ["train.steps=50", "train.steps=200"]},  # the last override wins
+        "archs": {"a": [], "wide": ["model.n_embd=64"]},
+        "groups": {
+            "g": {"tasks": ["t"], "archs": ["a", "wide"]},
+            "h": {"tasks": ["long"], "archs": ["a"]},
+            "i": {"tasks": ["t", "long"], "archs": ["wide"]},
+        },
+    }
+    head = report.title("made", made)
+    assert (
+        "trained for 100 steps (groups g, i: 2-layer, width-64, 100 steps; group h: 2-layer, width-32, 200 steps; group i: 2-layer, width-64, 200 steps) on"
+        in head
+    ), head
 
 
 def _ladder_per_seed(tmp_path, seeds: int = 5) -> dict[str, Path]:

@@ -221,18 +221,20 @@ def compute(
 def title(name: str, setup: dict | None, where: str = "a CPU") -> str:
     """The report's title: what models of this size, trained on ``where``, can show."""
 
-    def val(key, default="?"):
-        hit = [o.split("=", 1)[1] for o in (setup or {}).get("base", []) if o.startswith(key + "=")]
-        return hit[0] if hit else default
+    def val(key, default="?", overrides=None):  # the last override of ``key`` wins, as in Hydra
+        found = overrides if overrides is not None else (setup or {}).get("base", [])
+        hit = [o.split("=", 1)[1] for o in found if o.startswith(key + "=")]
+        return hit[-1] if hit else default
 
     size = f"{val('model.n_layer')}-layer, width-{val('model.n_embd')}"
     steps = val("train.steps")
+    other = _other_sizes(setup or {}, val, (val("model.n_layer"), val("model.n_embd"), steps))
     archs = (setup or {}).get("archs", {})
     used = [a for g in (setup or {}).get("groups", {}).values() for a in g.get("archs", [])]
     archs = {a: archs[a] for a in dict.fromkeys(used) if a in archs} or archs  # not the inherited table
     if any(o.startswith("model.pos=") for ov in archs.values() for o in ov):  # a position-scheme axis
         return (
-            f"# {name}: what {size} transformers trained for {steps} steps on {where} can show about SSA's "
+            f"# {name}: what {size} transformers trained for {steps} steps{other} on {where} can show about SSA's "
             f"length claims under {len(archs)} position schemes ({', '.join(archs)}) — not the paper's scale"
         )
     if any("n_layer" in o for ov in archs.values() for o in ov):  # the archs set the size: a scale ladder
@@ -241,9 +243,33 @@ def title(name: str, setup: dict | None, where: str = "a CPU") -> str:
             "in-context-learning claims as they grow — not the paper's scale"
         )
     return (
-        f"# {name}: what {size} transformers trained for {steps} steps on {where} can show about SSA's "
+        f"# {name}: what {size} transformers trained for {steps} steps{other} on {where} can show about SSA's "
         "in-context-learning claims — failure modes and the role of LayerNorm, not the paper's scale"
     )
+
+
+def _other_sizes(setup: dict, val, default: tuple) -> str:
+    """The groups whose task or arch overrides train another size or length than the base's (``val``:
+    an override's value; ``default``: the base's layers, width, steps), as " (group g: L-layer,
+    width-W, S steps)"; "" where every group trains the base's."""
+    tasks, archs, base = setup.get("tasks", {}), setup.get("archs", {}), setup.get("base", [])
+    other = {}
+    for name, g in setup.get("groups", {}).items():
+        for t in g.get("tasks", []):
+            for a in g.get("archs", []):
+                ov = [*base, *tasks.get(t, []), *archs.get(a, [])]
+                got = (
+                    val("model.n_layer", "?", ov),
+                    val("model.n_embd", "?", ov),
+                    val("train.steps", "?", ov),
+                )
+                if got != default:
+                    other.setdefault(got, []).append(name)
+    parts = [
+        f"group{'s' if len(set(gs)) > 1 else ''} {', '.join(dict.fromkeys(gs))}: {n}-layer, width-{w}, {st} steps"
+        for (n, w, st), gs in other.items()
+    ]
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def claims_markdown(claims, table: pd.DataFrame) -> list[str]:
