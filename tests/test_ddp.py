@@ -106,8 +106,8 @@ def test_two_process_gloo_matches_single_process_and_writes_once(tmp_path):
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.pt"]
 
     # resumed with more steps, every rank continues its own prompt stream (its end-of-run evaluation
-    # off: the one above is what is checked)
-    proc = _torchrun(run, "train.steps=4", "evaluation.enabled=false")
+    # and W&B off: the first launch's are what is checked; W&B's start is seconds of the test)
+    proc = _torchrun(run, "train.steps=4", "evaluation.enabled=false", "logger.mode=disabled")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     losses4, weights4, _ = _reference(4)
     rows = read_metrics(run / "metrics.jsonl")

@@ -273,6 +273,8 @@ def test_the_command_line_multirun_trains_one_ensemble(tmp_path):
         # the job's log says the ensemble trained it (before: "skipped (finished)", as if left out)
         log_text = (job / "train.log").read_text()
         assert "trained in a seed ensemble of 3" in log_text and "skipped" not in log_text
+        if s != SEEDS[-1]:  # every seed's equality with its separate run: the in-process tests above;
+            continue  # here the command line's, on the last member (an off-by-one in the stacking shows)
         separate = tmp_path / f"sep{s}"
         theirs = train_app.run_job(make_cfg(f"seed={s}"), separate)  # with its end-of-run evaluation
         a, b = read_metrics(run.metrics_file), read_metrics(RunDir(separate).metrics_file)

@@ -231,7 +231,7 @@ def test_head_at_selected_positions_equals_the_full_forward(post_ln):
 # ------------------------------------------------------------------ end to end
 def test_tiny_run_resumes_exactly_and_evaluates_zorro(data_root, tmp_path):
     over = ("train.batch_size=8", "model.n_embd=16", "model.n_layer=1", "model.n_head=2")
-    full = run_job(mlm_cfg(data_root, *over), tmp_path / "full")
+    full = run_job(mlm_cfg(data_root, *over, "evaluation.figures=true"), tmp_path / "full")  # its figure too
     train(mlm_cfg(data_root, *over, "train.steps=3"), tmp_path / "part")
     train(mlm_cfg(data_root, *over), tmp_path / "part")  # resumes at step 3
     a = torch.load(tmp_path / "full/checkpoints/last.pt", weights_only=False)["model"]

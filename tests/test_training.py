@@ -76,7 +76,9 @@ def test_every_scorer_option_trains_on_every_task(tmp_path, task, scorer):
 
 
 def test_run_folder_contents(tmp_path):
-    run_job(make_cfg("scorer=ssa", "train.keep_every=3"), tmp_path)
+    run_job(
+        make_cfg("scorer=ssa", "train.keep_every=3", "evaluation.figures=true"), tmp_path
+    )  # its figures too
     names = {p.name for p in tmp_path.iterdir()}
     assert {
         "config.yaml",
