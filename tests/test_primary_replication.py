@@ -96,6 +96,9 @@ def test_the_report_shows_the_replication_between_the_two(data):
     assert "| replication: seeds 16–23 (n = 8) |" in text
     assert "(family `replication`, k = 2)" in text
     assert "The replication's 2 endpoints at its Holm level α/2 = 0.025" in text  # its own power plan
+    # the robust rule's floor: with no jump seen, 1 − 0.025^(1/n) < m / M = 0.05 first at n = 72
+    want = next(n for n in range(2, 1000) if 1 - 0.025 ** (1 / n) < 0.05)
+    assert want == 72 and f"can call “within ±m” only from {want} seeds on" in text
     rows = [r for r in text.splitlines() if r.startswith("| ")]
     tests = [r.split(" | ")[1] for r in rows if "seeds" in r and "(n = " in r]
     assert tests[:3] == [

@@ -980,7 +980,11 @@ def primary_lines(decided: Decided) -> list[str]:
             f"seeds jumping by up to {float(e.get('max_jump', 1.0)):g} (`stats.robust_interval`) lies inside ±m "
             "too. Its simulated error rates (`stats.simulate_equivalence`, 300 replications, seeded; sd = m/2, "
             "bimodal: 10% of seeds jump): how often “within ±m” is called at a true effect of exactly m "
-            "(a false call) and at 0 (a true one).",
+            "(a false call) and at 0 (a true one). The robust rule bounds the jumps it has not seen, so "
+            "with none seen it can call “within ±m” only from "
+            f"{_equivalence_seeds(margin, float(e.get('max_jump', 1.0)))} seeds on "
+            f"(`stats.seeds_for_equivalence`, m = {margin:g}, largest jump {float(e.get('max_jump', 1.0)):g}): "
+            "below that a bimodal endpoint is never “within ±m”, only “not detected (underpowered)”.",
             "",
             markdown_table(
                 primary.simulated_rates(
@@ -990,6 +994,13 @@ def primary_lines(decided: Decided) -> list[str]:
             "",
         ]
     return lines
+
+
+def _equivalence_seeds(margin: float, max_jump: float) -> str:
+    """:func:`stats.seeds_for_equivalence` as text (2 where a jump cannot exceed the margin)."""
+    if not margin < max_jump:
+        return "2"
+    return str(stats.seeds_for_equivalence(margin, max_jump))
 
 
 def factorial_lines(designs: pd.DataFrame) -> list[str]:
