@@ -99,8 +99,9 @@ TINY_OVERRIDES = [
     "extra", [[], ["experiment=paper_every"], ["task=lm"], ["model=encoder", "task=mlm"]]
 )
 def test_debug_tiny_is_the_tests_tiny_run_and_wins_over_experiments(extra):
-    """debug=tiny (composed last) gives what the override list gave, on top of any experiment or task."""
-    assert make_cfg(*extra) == make_cfg(*extra, *TINY_OVERRIDES, tiny=False)
+    """debug=tiny (composed last) gives what the override list gave, on top of any experiment or task
+    (the tests' TINY adds evaluation.figures=false: conftest.py)."""
+    assert make_cfg(*extra) == make_cfg(*extra, *TINY_OVERRIDES, "evaluation.figures=false", tiny=False)
     assert make_cfg(*extra, "train.steps=9").train.steps == 9  # the command line still wins
 
 

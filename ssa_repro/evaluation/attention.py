@@ -30,6 +30,7 @@ import torch
 
 from ssa_repro.core import plotting
 from ssa_repro.core.atomic import atomic_path
+from ssa_repro.evaluation import checks
 from ssa_repro.evaluation.deviant import attention_chunk, draw_map, insert, token_labels
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
@@ -283,14 +284,11 @@ class Attention(Evaluator):
     def check(self) -> list[str]:
         if self.run_cfg.model.name == "ff_only":
             return ["eval=attention needs a model with attention, not model=ff_only"]
-        cfg, out = self.cfg, []
+        cfg = self.cfg
         per = self.task.stride()
         limit = position_limit(self.run_cfg.model)  # None: the scheme has no table, any length
         n = cfg.length
-        if n < 1:
-            out.append(f"eval.length={n} must be >= 1")
-        elif limit is not None and per * n > limit:
-            out.append(f"eval.length={n} needs {per * n} tokens, more than model.max_positions={limit}")
+        out = checks.prompt_length(n, per, self.run_cfg.model)
         if cfg.prompt is not None:
             if not len(cfg.prompt):
                 out.append("eval.prompt must be null or a non-empty list of numbers")
@@ -306,8 +304,7 @@ class Attention(Evaluator):
                 )
         if cfg.deviant_position is not None and not 0 <= cfg.deviant_position < max(n, 1):
             out.append(f"eval.deviant_position={cfg.deviant_position} must be in [0, {n}) (eval.length={n})")
-        if not cfg.sigmas or min(cfg.sigmas) <= 0:
-            out.append(f"eval.sigmas={list(cfg.sigmas)} must be a non-empty list of values > 0")
+        out += checks.positive_values("sigmas", cfg.sigmas)
         if not cfg.magnitudes or min(cfg.magnitudes) < 0:
             out.append(f"eval.magnitudes={list(cfg.magnitudes)} must be a non-empty list of values >= 0")
         if cfg.n_prompts < 2:

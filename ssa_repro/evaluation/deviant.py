@@ -61,10 +61,10 @@ from matplotlib.colors import PowerNorm
 
 from ssa_repro.core import plotting
 from ssa_repro.core.enums import value_of
+from ssa_repro.evaluation import checks
 from ssa_repro.evaluation.inference import MAX_ATTENTION_ELEMENTS
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
-from ssa_repro.models.positions import position_limit
 from ssa_repro.stats.intervals import summarize
 from ssa_repro.tasks.base import Batch
 
@@ -512,13 +512,9 @@ class Deviant(Evaluator):
         )
 
     def check(self) -> list[str]:
-        cfg, out = self.cfg, []
+        cfg = self.cfg
         n = cfg.length
-        per, limit = self.task.stride(), position_limit(self.run_cfg.model)  # None: no table, any length
-        if n < 1:
-            out.append(f"eval.length={n} must be >= 1")
-        elif limit is not None and per * n > limit:
-            out.append(f"eval.length={n} needs {per * n} tokens, more than model.max_positions={limit}")
+        out = checks.prompt_length(n, self.task.stride(), self.run_cfg.model)
         if not 0 <= cfg.skip_first < max(n, 1):
             out.append(f"eval.skip_first={cfg.skip_first} must be in [0, {n}) (eval.length={n})")
         top = n - max(cfg.skip_first, 1)
@@ -527,8 +523,7 @@ class Deviant(Evaluator):
                 f"eval.counts={list(cfg.counts)} must be a non-empty list of values in [1, {top}] "
                 f"(eval.length={n} minus eval.skip_first={cfg.skip_first})"
             )
-        if not cfg.magnitudes or min(cfg.magnitudes) <= 0:
-            out.append(f"eval.magnitudes={list(cfg.magnitudes)} must be a non-empty list of values > 0")
+        out += checks.positive_values("magnitudes", cfg.magnitudes)
         if value_of(cfg.sign) not in Sign.__members__:
             out.append(
                 f"eval.sign={value_of(cfg.sign)!r} is not allowed; allowed: {', '.join(Sign.__members__)}"

@@ -39,6 +39,7 @@ import pandas as pd
 import torch
 
 from ssa_repro.core import plotting
+from ssa_repro.evaluation import checks
 from ssa_repro.evaluation.inference import predict, predict_batches
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
@@ -157,11 +158,9 @@ class GridEvaluation(Evaluator):
         if c.preset not in PRESETS:
             out.append(f"eval.preset={c.preset!r} is not allowed; allowed: {', '.join(PRESETS)}")
             return out
-        if not c.sigmas or min(c.sigmas) <= 0:
-            out.append(f"eval.sigmas={_list(c.sigmas)} must be a non-empty list of values > 0")
+        out += checks.positive_values("sigmas", c.sigmas, _list(c.sigmas))
         if "sigma_f" in self.spec.axes:
-            if not c.sigmas_f or min(c.sigmas_f) <= 0:
-                out.append(f"eval.sigmas_f={_list(c.sigmas_f)} must be a non-empty list of values > 0")
+            out += checks.positive_values("sigmas_f", c.sigmas_f, _list(c.sigmas_f))
         elif c.sigmas_f is not None:
             out.append(
                 f"eval.sigmas_f applies to tasks that draw a function per prompt; task {self.task.cfg.name} "

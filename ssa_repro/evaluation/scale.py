@@ -36,9 +36,9 @@ import pandas as pd
 import torch
 
 from ssa_repro.core import plotting
+from ssa_repro.evaluation import checks
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
-from ssa_repro.models.positions import position_limit
 from ssa_repro.stats.intervals import summarize
 
 log = logging.getLogger("ssa_repro.evaluate")
@@ -134,17 +134,9 @@ class Scale(Evaluator):
         return task.evaluation is not None and task.evaluation.grid is not None and not task.tokens
 
     def check(self) -> list[str]:
-        cfg, out = self.cfg, []
-        limit = position_limit(self.run_cfg.model)
-        tokens = self.task.stride() * cfg.length
-        if cfg.length < 1:
-            out.append(f"eval.length={cfg.length} must be >= 1")
-        elif limit is not None and tokens > limit:
-            out.append(
-                f"eval.length={cfg.length} needs {tokens} tokens, more than model.max_positions={limit}"
-            )
-        if not cfg.sigmas or min(cfg.sigmas) <= 0:
-            out.append(f"eval.sigmas={list(cfg.sigmas)} must be a non-empty list of values > 0")
+        cfg = self.cfg
+        out = checks.prompt_length(cfg.length, self.task.stride(), self.run_cfg.model)
+        out += checks.positive_values("sigmas", cfg.sigmas)
         if cfg.n_prompts < 2:
             out.append(f"eval.n_prompts={cfg.n_prompts} must be >= 2")
         if cfg.batch_size < 1:
