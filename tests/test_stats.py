@@ -459,3 +459,20 @@ def test_seeds_needed_is_the_first_count_with_the_power(d):
     assert power_paired(d, n) >= 0.8
     assert n == 2 or power_paired(d, n - 1) < 0.8
     assert n >= 6  # the exact sign-flip test cannot reach p < 0.05 with fewer seeds
+
+
+@pytest.mark.parametrize("n", [12, 31, 60])  # exact, and the resampled patterns above MAX_EXACT (30)
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_sign_flip_p_rows_equals_sign_flip_p_row_by_row(n, alternative):
+    """The batched sign-flip p (simulate_rule's) is sign_flip_p of each row, number for number: ties,
+    an all-zero row and a rounded row included."""
+    from ssa_repro.stats.paired import sign_flip_p_rows
+
+    rng = np.random.default_rng(n)
+    d = rng.normal(0.2, 1.0, (12, n))
+    d[3] = 0.0
+    d[4] = np.round(d[4], 1)
+    want = np.array([sign_flip_p(row, alternative) for row in d])
+    assert np.array_equal(sign_flip_p_rows(d, alternative), want)
+    with pytest.raises(ValueError, match=r"d must be \[samples, seeds\]"):
+        sign_flip_p_rows(d[0])

@@ -244,7 +244,8 @@ def test_the_setup_table_states_the_sub_matrices_and_their_seeds(tmp_path):
     assert report.seed_ranges([12, 8, 9, 10]) == "8–10, 12" and report.seed_ranges([1, 2]) == "1, 2"
     setup = OmegaConf.to_container(study.load("icl_cpu"))
     table = "\n".join(report.setup_lines(setup))
-    assert "| every_num × postln: seeds 8–29 |" in table and "| every_num: seeds 10–29 |" in table
+    assert "| every_num × postln: seeds 8–29; every_num × postln: seeds 30–59 |" in table
+    assert "| every_num: seeds 10–29; every_num: seeds 30–59 |" in table  # the replication's, as declared
 
 
 def test_the_index_finds_its_run_folders_from_another_working_directory(tmp_path, monkeypatch):

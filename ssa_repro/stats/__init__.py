@@ -64,6 +64,7 @@ _WHERE = {
     "paired_contrast": "paired",
     "per_seed_differences": "paired",
     "sign_flip_p": "paired",
+    "sign_flip_p_rows": "paired",
     "student_interval": "paired",
     "verdict": "paired",
     "Endpoint": "plan",

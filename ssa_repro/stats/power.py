@@ -23,7 +23,7 @@ from ssa_repro.stats.paired import (
     _check_choice,
     _finite_1d,
     expanded_level,
-    sign_flip_p,
+    sign_flip_p_rows,
     verdict,
 )
 
@@ -93,9 +93,10 @@ def simulate_rule(
     d = b - a  # [n_sim, seeds]
     low, high = seed_bootstrap_many(d, n_boot=n_boot, rng=rng)
     counts = dict.fromkeys(VERDICTS, 0)
+    p = sign_flip_p_rows(d)  # sign_flip_p of each replication, computed together
     for i in range(n_sim):  # the rule itself, on each replication's contrast
         # per_seed: verdict's t interval needs the d_s (without them "within" was never called)
-        c = Contrast(float(d[i].mean()), low[i], high[i], sign_flip_p(d[i]), n_seeds, tuple(d[i]))
+        c = Contrast(float(d[i].mean()), low[i], high[i], float(p[i]), n_seeds, tuple(d[i]))
         counts[verdict(c, margin=margin, claimed_sign=1, alpha=alpha)] += 1
     t_p = stats.ttest_rel(b, a, axis=1).pvalue
     rate = {k: v / n_sim for k, v in counts.items()}
