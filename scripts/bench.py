@@ -43,6 +43,8 @@ import time
 SIZES = {
     "small": dict(name="gpt2", n_layer=4, n_head=4, n_embd=64, max_positions=512, mlp_ratio=4),
     "paper": dict(name="gpt2", n_layer=12, n_head=8, n_embd=256, max_positions=512, mlp_ratio=4),
+    # GPT-2 small's backbone (experiment=paper_lm's 12 heads of 64) on the ICL task: its attention at T = 1,024
+    "gpt2s": dict(name="gpt2", n_layer=12, n_head=12, n_embd=768, max_positions=1024, mlp_ratio=4),
 }
 
 
@@ -84,6 +86,10 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--kernel", action="store_true", help="only the SSA attention paths vs softmax at T = 82, 256, 1024"
+    )
+    p.add_argument("--no-flex", action="store_true", help="without the FlexAttention rows on CUDA")
+    p.add_argument(
+        "--lengths", nargs="+", type=int, default=None, help="--kernel: the lengths T (default 82 256 1024)"
     )
     return p
 
@@ -270,7 +276,7 @@ def train_table(size, args, device, peak) -> None:
             names += [("ours-cudagraph", s) for s in args.scorers]
     if args.bf16_rows and not args.bf16:
         names += [("ours-bf16", s) for s in args.scorers]
-    if device.type == "cuda":
+    if device.type == "cuda" and not args.no_flex:
         names += [("ours-flex", s) for s in args.scorers if s in ("softmax", "ssa")]
     if hf_available() and not args.no_hf:
         names += [("hf", s) for s in args.scorers if s in ("softmax", "ssa")]
@@ -322,9 +328,11 @@ KERNEL_TOKENS = 64 * 82  # batch × T per step, as at the default batch and prom
 def kernel_table(size, args, device) -> None:
     """The SSA training step through each attention path, and softmax's (SDPA), at several lengths:
     median step time and SSA / softmax, variants interleaved (see the module docstring)."""
-    impls = ["ours-node"] + (["ours-flex", "ours-triton"] if device.type == "cuda" else [])
+    impls = ["ours-node"]
+    if device.type == "cuda":
+        impls += ([] if args.no_flex else ["ours-flex"]) + ["ours-triton"]
     reps = args.reps or 10
-    for t in KERNEL_LENGTHS:
+    for t in args.lengths or KERNEL_LENGTHS:
         batch = max(1, round(KERNEL_TOKENS / t))
         names = [("ours", "softmax")] + [(impl, "ssa") for impl in impls]
         variants = {n: make_step(size, *n, device, batch, t // 2, args.bf16) for n in names}

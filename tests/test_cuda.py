@@ -324,6 +324,7 @@ def test_model_through_the_ssa_kernel_equals_eager_on_cuda(impl, monkeypatch):
     calls = []
     real = attention.ssa_attention
     monkeypatch.setattr(attention, "ssa_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setattr(attention, "AUTO_TRITON", True)  # what auto does where the kernel is chosen
     cfg = make_cfg("scorer=ssa", "model.n_layer=2", "model.n_head=2", "model.n_embd=64", "model.pos=rope")
     cfg.model.attn_impl = impl
     torch.manual_seed(0)
@@ -364,8 +365,9 @@ def test_hf_attn_impl_triton_equals_plain_on_cuda(arch):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(hf_tests.H.attention, "ssa_attention", counted)
         for impl in ("triton", "plain"):
-            model = hf_tests.H.attach(copy.deepcopy(base), scorer="ssa", attn_impl=impl).cuda()
-            hf_tests.perturb(model)
+            model = hf_tests.H.attach(copy.deepcopy(base), scorer="ssa", attn_impl=impl)
+            hf_tests.perturb(model)  # on the CPU (its generator), before the move
+            model = model.cuda()
             ids, mask = (z.cuda() for z in hf_tests.batch(padding))
             h = hf_tests.hidden(model, ids, mask)
             real_rows = mask.bool()

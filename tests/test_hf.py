@@ -845,8 +845,9 @@ def test_triton_leaves_cached_decoding_to_the_plain_path(monkeypatch):
 
 
 def test_auto_follows_auto_triton_and_plain_never_calls(monkeypatch):
-    """'auto' takes the kernel only where AUTO_TRITON is on and the kernel runs on the GPU (off today,
-    and no GPU here: the plain path); 'plain' never calls it."""
+    """'auto' takes the kernel only where AUTO_TRITON is on and the kernel runs on the GPU (here on the
+    CPU: the plain path); 'plain' never calls it. Then as on a GPU (``kernel_on_gpu`` made true, a
+    stand-in kernel): AUTO_TRITON off, no call; on, each layer's."""
     from ssa_repro.models import attention as model_attention
 
     calls = kernel_calls(monkeypatch)
@@ -856,10 +857,14 @@ def test_auto_follows_auto_triton_and_plain_never_calls(monkeypatch):
         with torch.no_grad():
             hidden(model, ids, mask)
     assert calls == []
-    monkeypatch.setattr(model_attention, "AUTO_TRITON", True)
     monkeypatch.setattr(model_attention, "kernel_on_gpu", lambda q: True)
     monkeypatch.setattr(H.attention, "ssa_attention", lambda q, *a, **kw: calls.append(kw) or q * 0)
+    monkeypatch.setattr(model_attention, "AUTO_TRITON", False)
     model = H.attach(gpt2(), scorer="ssa", attn_impl="auto")
+    with torch.no_grad():
+        hidden(model, ids, mask)
+    assert calls == []
+    monkeypatch.setattr(model_attention, "AUTO_TRITON", True)
     with torch.no_grad():
         hidden(model, ids, mask)
     assert len(calls) == 2  # a stand-in for the kernel (no GPU here): each layer reached it

@@ -33,10 +33,15 @@ import torch
 MAX_HEAD_DIM = 128  # one [BLOCK, d] tile of q, k, v, dO per program must fit in shared memory
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 INSTALL = "pip install -e '.[kernels]'"
-# Tile sizes: 64 x 64 on a GPU; 16 x 16 under the interpreter, so that small test shapes already span
-# several blocks (partial last blocks, the causal diagonal inside a block and between blocks).
-GPU_BLOCK = 64
+# Tiles on a GPU: 64 queries × 32 keys, 3 pipeline stages, 4 warps up to d = 64 (8 above). Measured on an
+# H200 (scripts/bench_kernel.py, forward + backward, 2026-11-28): the fastest or within 5% of it of four
+# settings at every shape timed (d 16/32 fp32, T 82-1,024; d 64 bf16, T 1,024); 64 × 64 with 2 stages
+# (the first choice) was 1.1-4× slower in fp32. Under the interpreter 16 × 16, so that small test shapes
+# already span several blocks (partial last blocks, the causal diagonal inside a block and between blocks).
+GPU_BLOCK_M, GPU_BLOCK_N, GPU_STAGES = 64, 32, 3
 INTERPRET_BLOCK = 16
+# None: the settings above; a dict of BLOCK_M, BLOCK_N, num_warps, num_stages replaces them (scripts/bench_kernel.py)
+GPU_TILES: dict | None = None
 
 
 class KernelUnavailable(RuntimeError):
@@ -116,9 +121,10 @@ def _launch_config(q: torch.Tensor) -> dict:
     block_d = max(16, _next_pow2(d))
     if q.device.type == "cpu":  # the interpreter
         return dict(BLOCK_M=INTERPRET_BLOCK, BLOCK_N=INTERPRET_BLOCK, BLOCK_D=block_d)
-    return dict(
-        BLOCK_M=GPU_BLOCK, BLOCK_N=GPU_BLOCK, BLOCK_D=block_d, num_warps=4 if d <= 64 else 8, num_stages=2
+    tiles = dict(
+        BLOCK_M=GPU_BLOCK_M, BLOCK_N=GPU_BLOCK_N, num_warps=4 if d <= 64 else 8, num_stages=GPU_STAGES
     )
+    return {**tiles, **(GPU_TILES or {}), "BLOCK_D": block_d}
 
 
 def _next_pow2(x: int) -> int:
@@ -155,7 +161,10 @@ class _SSAAttention(torch.autograd.Function):
         bsz, heads, t, d = q.shape
         bf, nf = b.detach().float().contiguous(), n.detach().float().contiguous()
         kp = kpm.to(torch.uint8).contiguous() if kpm is not None else q.new_zeros(1, dtype=torch.uint8)
-        o = torch.empty((bsz, heads, t, d), dtype=q.dtype, device=q.device)
+        # the output in float32, rounded to q's dtype on return: the backward's Δ = Σ_d dO·O reads the
+        # unrounded O (from a bf16/fp16 O, Δ's error is the same for every key of a row and adds up in dQ,
+        # db and dn: 2-4x the unfused 16-bit path's error, measured on an H200; tests/test_kernels.compare)
+        o = torch.empty((bsz, heads, t, d), dtype=torch.float32, device=q.device)
         lse = torch.empty((bsz, heads, t), dtype=torch.float32, device=q.device)
         cfg = _launch_config(q)
         prec, up = _precision(q), _upcast(q)
@@ -166,9 +175,9 @@ class _SSAAttention(torch.autograd.Function):
                 heads, t, d, 1.0 / math.sqrt(d),
                 CAUSAL=causal, HAS_KPM=kpm is not None, PRECISION=prec, UPCAST=up, **cfg,
             )  # fmt: skip
-        ctx.save_for_backward(q, k, v, bf, nf, kp, o, lse)
+        ctx.save_for_backward(q, k, v, bf, nf, kp, o, lse)  # o: float32 [B, H, T, d]
         ctx.causal, ctx.has_kpm, ctx.b_dtype, ctx.n_dtype = causal, kpm is not None, b.dtype, n.dtype
-        return o
+        return o.to(q.dtype)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -178,7 +187,7 @@ class _SSAAttention(torch.autograd.Function):
         q, k, v, bf, nf, kp, o, lse = ctx.saved_tensors
         bsz, heads, t, d = q.shape
         do = do.to(q.dtype)
-        delta = (do.float() * o.float()).sum(-1).contiguous()  # Δ_i = Σ_d dO·O, [B, H, T]
+        delta = (do.float() * o).sum(-1).contiguous()  # Δ_i = Σ_d dO·O, [B, H, T]
         need_bn = ctx.needs_input_grad[3] or ctx.needs_input_grad[4]
         cfg = _launch_config(q)
         prec, up = _precision(q), _upcast(q)

@@ -13,12 +13,14 @@ from ssa_repro.scorers.base import Scorer
 from ssa_repro.scorers.flex import flex_attend, fused_inference, with_bias
 
 # With AUTO_TRITON, model.attn_impl=auto trains SSA through the fused Triton kernel (ssa_repro/kernels/) on
-# CUDA wherever it applies (no additive position bias, head width <= 128, triton installed): the
-# alternative there is the fused autograd node over [B, H, T, T] scores. Inference keeps compiled
-# FlexAttention. Off until measured faster on a GPU (`make gpu-check` runs scripts/bench.py --kernel;
-# docs/performance.md): no GPU has run the kernel yet, so `auto` keeps the measured paths and the kernel is
-# chosen with model.attn_impl=triton.
-AUTO_TRITON = False
+# CUDA wherever it applies (no additive position bias, head width <= 128, triton installed), except inside
+# torch.compile: the alternative is the fused autograd node over [B, H, T, T] scores. Measured on an H200
+# (docs/performance.md, 2026-11-28; training step, SSA / softmax through SDPA): the kernel 1.43 / 1.48 /
+# 1.63 at the paper's ICL size and T = 82 / 256 / 1,024 (fp32), the node 1.62 / 1.62 / 1.89; GPT-2 small's
+# shape at T = 1,024 in bf16: kernel 1.46, node 2.17. Under train.compile the node is left to inductor,
+# which fuses it (compiled SSA 1.00 x eager softmax at the ICL size), and the kernel would break the graph.
+# Inference keeps compiled FlexAttention.
+AUTO_TRITON = True
 _auto_failed: list[str] = []  # why the kernel failed under auto (then auto leaves it for the process)
 log = logging.getLogger("ssa_repro.train")
 
@@ -94,7 +96,9 @@ class SelfAttention(nn.Module):
         # auto: training only; inference keeps compiled FlexAttention (fused already, and measured)
         if self.impl != "auto" or not AUTO_TRITON or bias is not None or _auto_failed:
             return None
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return None
+        if torch._C._functorch.is_batchedtensor(q):  # a seed ensemble's vmap: the kernel has no vmap rule
             return None
         params = self.scorer.kernel_params()  # None for a scorer that is not SSA
         return params if params is not None and kernel_on_gpu(q) else None
