@@ -383,18 +383,20 @@ from ssa_repro.kernels import ssa_attention as _package  # noqa: F401  (the modu
 import sys
 S = sys.modules["ssa_repro.kernels.ssa_attention"]
 
-consts = dict(CAUSAL=True, HAS_KPM=True, NEED_BN=True, PRECISION="ieee", UPCAST=False)
-consts.update(BLOCK_M=S.GPU_BLOCK_M, BLOCK_N=S.GPU_BLOCK_N, BLOCK_D=32)  # the GPU tiles; d 32 (the paper's ICL model)
-types = {a: "*fp32" for a in "Q K V OUT DO DQ DK DV B N LSE DELTA DBP DNP".split()}
-types.update(KPM="*u8", sm_scale="fp32")  # the rest: int32 sizes and strides
-for raw in (K._fwd, K._bwd_dkv, K._bwd_dq):
-    names = list(inspect.signature(raw).parameters)
-    signature = {a: "constexpr" if a in consts else types.get(a, "i32") for a in names}
-    consts_here = {(names.index(a),): v for a, v in consts.items() if a in names}
-    src = ASTSource(fn=triton.jit(raw), signature=signature, constexprs=consts_here)
-    options = {"num_warps": 4, "num_stages": S.GPU_STAGES}
-    out = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
-    print(raw.__name__, len(out.asm["cubin"]), "bytes of cubin")
+for dtype, precision in (("fp32", "ieee"), ("bf16", "tf32")):  # as _precision() chooses for each
+    consts = dict(CAUSAL=True, HAS_KPM=True, NEED_BN=True, PRECISION=precision, UPCAST=False)
+    consts.update(BLOCK_M=S.GPU_BLOCK_M, BLOCK_N=S.GPU_BLOCK_N, BLOCK_D=32)  # the GPU tiles; d 32
+    types = {a: f"*{dtype}" for a in "Q K V DO DQ DK DV".split()}  # the input dtype
+    types.update({a: "*fp32" for a in "OUT B N LSE DELTA DBP DNP".split()})  # float32 (O too)
+    types.update(KPM="*u8", sm_scale="fp32")  # the rest: int32 sizes and strides
+    for raw in (K._fwd, K._bwd_dkv, K._bwd_dq):
+        names = list(inspect.signature(raw).parameters)
+        signature = {a: "constexpr" if a in consts else types.get(a, "i32") for a in names}
+        consts_here = {(names.index(a),): v for a, v in consts.items() if a in names}
+        src = ASTSource(fn=triton.jit(raw), signature=signature, constexprs=consts_here)
+        options = {"num_warps": 4, "num_stages": S.GPU_STAGES}
+        out = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+        print(raw.__name__, dtype, len(out.asm["cubin"]), "bytes of cubin")
 """
 
 
@@ -402,7 +404,8 @@ for raw in (K._fwd, K._bwd_dkv, K._bwd_dq):
 def test_kernels_compile_for_an_h100_without_a_gpu(monkeypatch):
     """The interpreter runs the kernels' Python; this compiles them as a GPU would (Triton → PTX → cubin
     for sm_90 with triton's bundled ptxas), so a construct the compiler rejects fails here, not first on
-    a lent GPU. The training configuration: fp32 (IEEE matmuls), causal, key padding, b and n learned.
+    a lent GPU. The training configuration: fp32 (IEEE matmuls) and bf16 (the hi + lo weights), causal,
+    key padding, b and n learned.
     In its own process: triton's library functions are compiled-mode ones only if triton was imported
     without TRITON_INTERPRET."""
     if importlib.util.find_spec("triton.backends.nvidia") is None:
@@ -411,7 +414,8 @@ def test_kernels_compile_for_an_h100_without_a_gpu(monkeypatch):
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9's default, said (silences a warning)
     out = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert [line.split()[0] for line in out.stdout.splitlines()] == ["_fwd", "_bwd_dkv", "_bwd_dq"]
+    kernels = [line.split()[:2] for line in out.stdout.splitlines()]
+    assert kernels == [[k, t] for t in ("fp32", "bf16") for k in ("_fwd", "_bwd_dkv", "_bwd_dq")]
 
 
 @pytest.mark.slow  # two tiny trainings with their end-of-run evaluations, one through the interpreter
