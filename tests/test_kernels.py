@@ -44,15 +44,19 @@ def reference(q, k, v, b, n, causal, kpm):
     x = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, T, T]
     s = torch.where(x >= 0, 1.0, -1.0).to(x.dtype)  # +1 at 0, so autograd gives t'(0) = n·b
     t = s * n.view(-1, 1, 1) * torch.log1p(b.view(-1, 1, 1) * (s * x))
-    T = q.shape[2]
-    vis = torch.ones(q.shape[0], 1, T, T, dtype=torch.bool, device=q.device)
+    return weights(t, causal, kpm) @ v
+
+
+def weights(t, causal, kpm):
+    """softmax_j(t) over the visible keys ([B, H, T, T]); a row with no visible key gives 0, not NaN."""
+    T = t.shape[-1]
+    vis = torch.ones(t.shape[0], 1, T, T, dtype=torch.bool, device=t.device)
     if causal:
-        vis = vis & torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        vis = vis & torch.ones(T, T, dtype=torch.bool, device=t.device).tril()
     if kpm is not None:
         vis = vis & kpm[:, None, None, :]
     w = torch.softmax(t.masked_fill(~vis, float("-inf")), -1)
-    w = torch.where(vis.any(-1, keepdim=True), w, 0.0)  # softmax of an all -inf row is NaN
-    return w @ v
+    return torch.where(vis.any(-1, keepdim=True), w, 0.0)  # softmax of an all -inf row is NaN
 
 
 def plain_in(dtype, q, k, v, b, n, causal, kpm):
@@ -62,15 +66,7 @@ def plain_in(dtype, q, k, v, b, n, causal, kpm):
     x = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.shape[-1])  # [B, H, T, T]
     s = torch.where(x >= 0, 1.0, -1.0)
     t = s * n.view(-1, 1, 1) * torch.log1p(b.view(-1, 1, 1) * (s * x))
-    T = q.shape[2]
-    vis = torch.ones(q.shape[0], 1, T, T, dtype=torch.bool, device=q.device)
-    if causal:
-        vis = vis & torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    if kpm is not None:
-        vis = vis & kpm[:, None, None, :]
-    w = torch.softmax(t.masked_fill(~vis, float("-inf")), -1)
-    w = torch.where(vis.any(-1, keepdim=True), w, 0.0)
-    return w.to(dtype) @ v
+    return weights(t, causal, kpm).to(dtype) @ v
 
 
 def _run(fn, inputs, go, learn_bn):
