@@ -29,6 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# bench.py's compiled and CUDA-graph steps at paper size (steps "compiled" and "compiled-bf16")
+COMPILED = (
+    "scripts/bench.py --device cuda --compile --no-eval --no-hf --no-flex --sizes paper --reps 20".split()
+)
 # name: (command after the interpreter, keep the whole output, time limit in seconds). In this order.
 STEPS = {
     # test_cuda.py: the compiled FlexAttention and Triton kernels' values on the GPU; test_fast_paths'
@@ -74,43 +78,10 @@ STEPS = {
     ),
     "speed": (["scripts/bench.py", "--device", "cuda"], True, 900),
     # train.compile=true and =reduce-overhead (CUDA graphs) against eager at paper size: the launch-bound step
-    "compiled": (
-        [
-            "scripts/bench.py",
-            "--device",
-            "cuda",
-            "--compile",
-            "--no-eval",
-            "--no-hf",
-            "--no-flex",
-            "--sizes",
-            "paper",
-            "--reps",
-            "20",
-        ],
-        True,
-        600,
-    ),
+    "compiled": (COMPILED, True, 600),
     # the same in bf16 autocast: what is left for the paper's 500k ICL steps in under an hour (2026-11-28,
     # fp32 with CUDA graphs: 12.9 ms softmax, 13.7 ms SSA a step, 51% of the fp32 matmul peak)
-    "compiled-bf16": (
-        [
-            "scripts/bench.py",
-            "--device",
-            "cuda",
-            "--compile",
-            "--bf16",
-            "--no-eval",
-            "--no-hf",
-            "--no-flex",
-            "--sizes",
-            "paper",
-            "--reps",
-            "20",
-        ],
-        True,
-        600,
-    ),
+    "compiled-bf16": ([*COMPILED, "--bf16"], True, 600),
     # seed ensembles: K = 1, 8, 32, 128 seeds as one stacked model at 2L/32 and 4L/64 (issue 36)
     "ensembles": (["scripts/bench_ensemble.py", "--device", "cuda"], True, 600),
     "train": (None, False, 900),  # the paper-size training and its evaluation (two processes)
