@@ -604,7 +604,7 @@ def run(
     try:
         with storage_advice("--root <another folder>"):
             if ensembles == "on" or (ensembles == "auto" and _on_cuda(todo)):
-                train_ensembles(study.name, root, todo)
+                train_ensembles(study.name, root, todo, n_jobs)
             _run(study, root, todo, every, n_jobs)
     finally:
         lock.release()
@@ -632,42 +632,60 @@ def _on_cuda(todo: list[Job]) -> bool:
     return bool(todo) and resolve_device(_compose(todo[0]).device).type == "cuda"
 
 
-def train_ensembles(name: str, root: Path, todo: list[Job]) -> None:
+def train_ensembles(name: str, root: Path, todo: list[Job], n_jobs: int = 1) -> None:
     """Train the study's jobs that differ only in the seed as seed ensembles (one stacked model per group,
-    ssa_repro/training/ensemble.py; split by what fits in memory), one after another, with a progress
-    line per ensemble; the job loop (:func:`_run`) then finds them finished and evaluates them as it does
-    separately trained runs. A group that cannot be stacked (its scorer, the mlm task) and a seed or an
-    ensemble that fails are left to the job loop, which trains them one process per job as before."""
+    ssa_repro/training/ensemble.py; split by what fits in memory), ``n_jobs`` at a time (each in its own
+    process with its share of the CPU cores and its GPU, as the job loop's jobs: a stacked small model is
+    still launch-bound, so several share one GPU well), with a progress line per ensemble; the job loop
+    (:func:`_run`) then finds them finished and evaluates them as it does separately trained runs. A group
+    that cannot be stacked (its scorer, the mlm task) and a seed or an ensemble that fails are left to
+    the job loop, which trains them one process per job as before."""
     cfgs = [_compose(job) for job in todo]
     groups: dict[str, list[int]] = {}
     for i, cfg in enumerate(cfgs):
         groups.setdefault(ensemble.group_key(cfg), []).append(i)
-    chunks = []
+    stack = []
     for members in groups.values():
         why, _ = ensemble.stack_problem(cfgs[members[0]])
         if len(members) < 2 or why:
             if why:
                 log.info("study %s: %s keeps one process per job (%s)", name, todo[members[0]].name, why)
             continue
-        size = max(1, ensemble.seeds_that_fit(cfgs[members[0]]))
+        stack.append(members)
+    # ensembles side by side share the device's memory (one GPU, or the CPU's)
+    share = ensemble.MEMORY_SHARE / max(1, min(n_jobs, len(stack)))
+    chunks = []
+    for members in stack:
+        size = max(1, ensemble.seeds_that_fit(cfgs[members[0]], share=share))
         chunks += [members[i : i + size] for i in range(0, len(members), size)]
+    n_par = max(1, min(n_jobs, len(chunks)))
+    work = []
     for n, chunk in enumerate(chunks, 1):
         first = todo[chunk[0]]
-        log.info(
-            "study %s: seed ensemble %d of %d: %s/%s × %d seeds (%s)",
-            name, n, len(chunks), first.group, first.name, len(chunk), ", ".join(str(todo[i].seed) for i in chunk),
-        )  # fmt: skip
+        what = (
+            f"{first.group}/{first.name} × {len(chunk)} seeds ({', '.join(str(todo[i].seed) for i in chunk)})"
+        )
         dirs = [root / "runs" / todo[i].group / todo[i].name for i in chunk]
-        try:
-            ensemble.train_ensemble([cfgs[i] for i in chunk], dirs)
-        except Exception as e:  # noqa: BLE001  (the job loop trains these jobs alone, and reports theirs)
-            log.warning(
-                "study %s: seed ensemble %d failed (%s: %s); its jobs train alone",
-                name,
-                n,
-                type(e).__name__,
-                e,
-            )
+        work.append(delayed(_train_chunk)(name, n, len(chunks), what, [cfgs[i] for i in chunk], dirs, n_par))
+    if work:
+        log.info("study %s: %d seed ensembles, %d at a time", name, len(chunks), n_par)
+        with workers_stop_on_sigterm():
+            Parallel(n_jobs=n_par, backend="loky", verbose=0)(work)
+
+
+def _train_chunk(name: str, n: int, total: int, what: str, cfgs: list, dirs: list, n_par: int) -> None:
+    """One seed ensemble, placed as job ``n - 1`` of ``n_par`` parallel ones (:func:`job_device`); its
+    failure is logged, not raised (the job loop then trains its jobs alone and reports theirs)."""
+    if not logging.getLogger().handlers:  # a worker process: the progress lines as the study's own
+        logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
+    log.info("study %s: seed ensemble %d of %d: %s", name, n, total, what)
+    try:
+        with job_device(n - 1, n_par, cfgs[0].device):
+            ensemble.train_ensemble(cfgs, dirs)
+    except Exception as e:  # noqa: BLE001  (the job loop trains these jobs alone, and reports theirs)
+        log.warning(
+            "study %s: seed ensemble %d failed (%s: %s); its jobs train alone", name, n, type(e).__name__, e
+        )
 
 
 def default_root(name: str) -> Path:
