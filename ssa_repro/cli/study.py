@@ -634,10 +634,9 @@ def _on_cuda(todo: list[Job]) -> bool:
 
 def train_ensembles(name: str, root: Path, todo: list[Job], n_jobs: int = 1) -> None:
     """Train the study's jobs that differ only in the seed as seed ensembles (one stacked model per group,
-    ssa_repro/training/ensemble.py; split by what fits in memory and, with more ``n_jobs`` than groups, over
-    the processes), ``n_jobs`` at a time (each in its own
-    process with its share of the CPU cores and its GPU, as the job loop's jobs: a stacked small model is
-    still launch-bound, so several share one GPU well), with a progress line per ensemble; the job loop
+    ssa_repro/training/ensemble.py; split by what fits in memory), ``n_jobs`` at a time (each in its own
+    process with its share of the CPU cores and its GPU, as the job loop's jobs: on one GPU side by side
+    they are slower each, faster together), with a progress line per ensemble; the job loop
     (:func:`_run`) then finds them finished and evaluates them as it does separately trained runs. A group
     that cannot be stacked (its scorer, the mlm task) and a seed or an ensemble that fails are left to
     the job loop, which trains them one process per job as before."""
@@ -655,13 +654,13 @@ def train_ensembles(name: str, root: Path, todo: list[Job], n_jobs: int = 1) -> 
         stack.append(members)
     # ensembles side by side share the device's memory (one GPU, or the CPU's)
     share = ensemble.MEMORY_SHARE / max(1, min(n_jobs, len(stack)))
-    # a stacked step's cost grows with K (measured on an H200 at 4L/64: ~20 ms at K = 1, ~40 at K = 30),
-    # so with more --jobs than groups each group's seeds are spread over its share of the processes
-    per_group = max(1, n_jobs // max(1, len(stack)))
+    # A group's seeds stay in one ensemble (split only by memory): every ensemble runs all the steps, so
+    # the wall time is steps / an ensemble's steps per second, which more processes on one GPU lower.
+    # Measured on an H200 at 4L/64 (docs/results/gpu_check_2026-11-28_third.md): one ensemble of 30 seeds
+    # ran at 20-22 steps/s (its whole call), 16 side by side of 4 seeds at 16.4 each.
     chunks = []
     for members in stack:
         size = max(1, ensemble.seeds_that_fit(cfgs[members[0]], share=share))
-        size = min(size, -(-len(members) // per_group))
         chunks += [members[i : i + size] for i in range(0, len(members), size)]
     n_par = max(1, min(n_jobs, len(chunks)))
     work = []
