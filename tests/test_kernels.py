@@ -193,9 +193,11 @@ def test_16_bit_y_dq_dk_are_float32_values_rounded_once(dtype):
     kernel's y, dQ and dK are float32 sums rounded once to the input dtype: each within one ulp, at its
     largest value, of the float64 reference on the same rounded inputs and output gradient. (Not element
     by element: where a sum cancels, float32's error is larger than the small result's ulp.) Rounding g
-    once to fp16 put dK at 1.4x FlashAttention's bound on an H200 (d = 8, T = 300); here, without the
-    split, bf16's dQ is 1.06 ulp off (0.89 with it). dV keeps P rounded to the dtype, FlashAttention's
-    choice (1.17 ulp here)."""
+    once to fp16 put dK at 1.4x FlashAttention's bound on an H200 (d = 8, T = 300). Here (measured through
+    the interpreter) with the split: bf16 dQ 0.89, dK 0.49 ulp; fp16 0.26 and 0.25; without it: bf16 dQ
+    1.06, fp16 dQ 0.43 and dK 0.41. The bounds, 1 ulp (bf16) and 0.35 ulp (fp16: its float32 sums are
+    closer to the rounded value at T = 100), fail without the split in both dtypes. dV keeps P rounded to
+    the dtype, FlashAttention's choice (1.17 ulp here in bf16)."""
     g = torch.Generator().manual_seed(8)
     q, k, v = (torch.randn(2, 3, 100, 16, generator=g).to(dtype) for _ in range(3))
     kpm = torch.ones(2, 100, dtype=torch.bool)
@@ -205,9 +207,10 @@ def test_16_bit_y_dq_dk_are_float32_values_rounded_once(dtype):
     refs = _run(lambda *a: reference(*a, True, kpm), ref_in, go.double(), False)
     ins = [z.clone().requires_grad_() for z in (q, k, v)] + [B_EXT, N_EXT]
     got = _run(lambda *a: ssa_attention(*a, causal=True, key_padding_mask=kpm), ins, go, False)
+    bound = {torch.bfloat16: 1.0, torch.float16: 0.35}[dtype]
     for name, a, r in zip(["y", "dq", "dk"], got, refs):
         off = ((a.double() - r).abs().max() / ulp(r.abs().max(), dtype)).item()
-        assert off <= 1.0, f"{name}: {off:.2f} ulp (at its largest value) from the float64 value"
+        assert off <= bound, f"{name}: {off:.2f} ulp (at its largest value) from the float64 value"
 
 
 def test_bad_input_is_refused_before_any_work(monkeypatch):

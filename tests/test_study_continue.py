@@ -202,7 +202,7 @@ def test_the_command_passes_the_published_jobs_and_folder_through(tmp_path, monk
         seen["prior"] = prior
         return Path(out) / f"{name}.md"
 
-    monkeypatch.setattr(report, "write", write)
+    monkeypatch.setitem(run_study.REPORTS, "icl", write)
     argv = ["quick", "--root", str(tmp_path / "r"), "--continue-from", str(prior)]
     a = arguments.study().parse_args(argv)
     a.argv = argv
@@ -269,3 +269,37 @@ def test_a_published_record_names_no_machine_path(tmp_path, monkeypatch):
     assert report.shown_path(tmp_path / "docs" / "results" / "x") == "docs/results/x"
     assert report.shown_path(Path("/elsewhere/checkout/docs/results/x")) == "docs/results/x"
     assert report.shown_path(Path("/elsewhere/folder")) == "folder"
+
+
+EARLY = Path(__file__).resolve().parents[1] / "docs" / "results" / "early_cpu"
+
+
+def test_the_early_study_continues_from_its_published_report(tmp_path, monkeypatch):
+    """early_cpu (the early report: its own per-seed columns) continued from docs/results/early_cpu: the
+    29 published jobs (21 masked-LM, 6 decoder, 2 curves) are not trained again, and a report joined with
+    no new run holds exactly the published per-seed rows, the published jobs counted as trained."""
+    from ssa_repro.reports import early, early_cells
+
+    published = early_cells.read_back(report.load_inputs(EARLY)[0])
+    keys = report.prior_jobs(EARLY, early_cells.read_back)
+    assert len(keys) == 29 and keys == set(report.job_keys(published))
+    seen = {}
+    monkeypatch.setattr(study, "run", lambda *a, **k: seen.setdefault("skip", k["skip"]))
+    monkeypatch.setattr(study, "report_index", lambda root, cfg: None)
+    monkeypatch.setitem(run_study.REPORTS, "early", lambda *a, prior=None: seen.setdefault("prior", prior))
+    argv = ["early_cpu", "--root", str(tmp_path / "r"), "--continue-from", str(EARLY), "--out", str(tmp_path)]
+    a = arguments.study().parse_args(argv)
+    a.argv = argv
+    assert run_study.run(a) == 0
+    assert seen["skip"] == keys and seen["prior"] == EARLY
+    setup = OmegaConf.to_container(study.load("early_cpu"))
+    md = early.write(tmp_path / "none", tmp_path / "out", "early_cpu", "cmd", setup, prior=EARLY)
+    joined = early_cells.read_back(report.load_inputs(tmp_path / "out" / "early_cpu")[0])
+    cols = list(early_cells.COLUMNS)
+    pd.testing.assert_frame_equal(
+        joined[cols].sort_values(cols[:-2]).reset_index(drop=True),
+        published[cols].sort_values(cols[:-2]).reset_index(drop=True),
+    )
+    text = md.read_text()
+    assert "group `mlm`: 21 of 111 jobs trained and indexed" in text  # 7 of its 37 seeds
+    assert "No confirmatory seeds run yet" in text

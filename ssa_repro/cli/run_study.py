@@ -26,11 +26,12 @@ from pathlib import Path
 
 from ssa_repro.cli import arguments, commands, study
 from ssa_repro.core.atomic import storage_advice
-from ssa_repro.reports import early
+from ssa_repro.reports import early, early_cells, paired
 from ssa_repro.reports import study as icl_report
 
 REPORTS = {"icl": icl_report.write, "early": early.write}  # a study's `report` key -> its writer
 RENDERERS = {"icl": icl_report.render, "early": early.render}  # the same from per-seed CSVs (--from-csv)
+READERS = {"icl": paired.read_back, "early": early_cells.read_back}  # a report's per-seed CSVs, read back
 
 
 def report_of(cfg) -> str:
@@ -68,11 +69,6 @@ def run(a: argparse.Namespace) -> int:
             "Error: --from-csv and --continue-from exclude each other (--from-csv trains nothing)"
         )
     cfg = study.load(a.name)
-    if a.continue_from is not None and report_of(cfg) != "icl":
-        raise SystemExit(
-            f"Error: --continue-from: study {cfg.name}'s report ({report_of(cfg)}) cannot be continued yet; "
-            "allowed: the studies with the ICL report (icl_cpu, icl_scale, length_cpu, quick)"
-        )
     write = REPORTS[report_of(cfg)]
     root = Path(a.root or study.default_root(cfg.name))
     if not a.report_only:
@@ -85,7 +81,9 @@ def run(a: argparse.Namespace) -> int:
                 tuple(a.groups) if a.groups else None,
                 tuple(a.tasks) if a.tasks else None,
                 ensembles=a.ensembles,
-                skip=icl_report.prior_jobs(Path(a.continue_from)) if a.continue_from else frozenset(),
+                skip=icl_report.prior_jobs(Path(a.continue_from), READERS[report_of(cfg)])
+                if a.continue_from
+                else frozenset(),
             )
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the workers are stopped (study.run)
             print(
@@ -105,11 +103,8 @@ def run(a: argparse.Namespace) -> int:
             else:
                 study.report_index(root, cfg)  # a cut index is rebuilt from the jobs' rows, or refused
                 setup = study.report_setup(cfg)
-                if a.continue_from is not None:
-                    prior = Path(a.continue_from)
-                    path = icl_report.write(root, out, cfg.name, command, setup, prior=prior)
-                else:
-                    path = write(root, out, cfg.name, command, setup)
+                prior = Path(a.continue_from) if a.continue_from is not None else None
+                path = write(root, out, cfg.name, command, setup, prior=prior)
     except OSError as e:  # a read-only or full folder: the storage error's words (core/atomic.py)
         raise SystemExit(f"Error: study {cfg.name}: the report could not be written: {e}") from None
     print(f"report: {path}")

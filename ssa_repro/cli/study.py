@@ -652,17 +652,18 @@ def train_ensembles(name: str, root: Path, todo: list[Job], n_jobs: int = 1) -> 
                 log.info("study %s: %s keeps one process per job (%s)", name, todo[members[0]].name, why)
             continue
         stack.append(members)
-    # ensembles side by side share the device's memory (one GPU, or the CPU's)
-    share = ensemble.MEMORY_SHARE / max(1, min(n_jobs, len(stack)))
+    # ensembles side by side share the device's memory (one GPU, or the CPU's): at most `side` at a time
+    side = max(1, min(n_jobs, len(stack)))
+    share = ensemble.MEMORY_SHARE / side
     # A group's seeds stay in one ensemble (split only by memory): every ensemble runs all the steps, so
     # the wall time is steps / an ensemble's steps per second, which more processes on one GPU lower.
     # Measured on an H200 at 4L/64 (docs/results/gpu_check_2026-11-28_third.md): one ensemble of 30 seeds
-    # ran at 20-22 steps/s (its whole call), 16 side by side of 4 seeds at 16.4 each.
+    # ran at 20-22 steps/s (its whole call), 16 side by side of 2-4 seeds at 16.4 each.
     chunks = []
     for members in stack:
         size = max(1, ensemble.seeds_that_fit(cfgs[members[0]], share=share))
         chunks += [members[i : i + size] for i in range(0, len(members), size)]
-    n_par = max(1, min(n_jobs, len(chunks)))
+    n_par = max(1, min(side, len(chunks)))
     work = []
     for n, chunk in enumerate(chunks, 1):
         first = todo[chunk[0]]
@@ -674,22 +675,38 @@ def train_ensembles(name: str, root: Path, todo: list[Job], n_jobs: int = 1) -> 
     if work:
         log.info("study %s: %d seed ensembles, %d at a time", name, len(chunks), n_par)
         with workers_stop_on_sigterm():
-            Parallel(n_jobs=n_par, backend="loky", verbose=0)(work)
+            try:
+                Parallel(n_jobs=n_par, backend="loky", verbose=0)(work)
+            except Exception as e:  # noqa: BLE001  (a worker killed: out of memory, a fatal CUDA error)
+                log.warning(
+                    "study %s: the seed ensembles stopped (%s: %s); the jobs they did not finish train alone",
+                    name,
+                    type(e).__name__,
+                    e,
+                )
 
 
 def _train_chunk(name: str, n: int, total: int, what: str, cfgs: list, dirs: list, n_par: int) -> None:
     """One seed ensemble, placed as job ``n - 1`` of ``n_par`` parallel ones (:func:`job_device`); its
     failure is logged, not raised (the job loop then trains its jobs alone and reports theirs)."""
-    if not logging.getLogger().handlers:  # a worker process: the progress lines as the study's own
-        logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
-    log.info("study %s: seed ensemble %d of %d: %s", name, n, total, what)
+    root, handler, level = logging.getLogger(), None, logging.getLogger().level
+    if not root.handlers:  # a worker process: the progress lines as the study's own, for this call only
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s] %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
     try:
+        log.info("study %s: seed ensemble %d of %d: %s", name, n, total, what)
         with job_device(n - 1, n_par, cfgs[0].device):
             ensemble.train_ensemble(cfgs, dirs)
     except Exception as e:  # noqa: BLE001  (the job loop trains these jobs alone, and reports theirs)
         log.warning(
             "study %s: seed ensemble %d failed (%s: %s); its jobs train alone", name, n, type(e).__name__, e
         )
+    finally:
+        if handler is not None:  # loky reuses the worker for the job loop's jobs: leave it as found
+            root.removeHandler(handler)
+            root.setLevel(level)
 
 
 def default_root(name: str) -> Path:

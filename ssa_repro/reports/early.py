@@ -51,6 +51,7 @@ from ssa_repro.reports.study import (
     before_declaration,
     claims_markdown,
     confirm,
+    continued_inputs,
     figure_lines,
     finish,
     primary_findings,
@@ -61,6 +62,8 @@ from ssa_repro.reports.study import (
     run_inputs,
     save_inputs,
     section,
+    trained_index,
+    with_prior,
     without_endpoints,
 )
 from ssa_repro.stats.intervals import wilson
@@ -364,16 +367,26 @@ GPU_LINES = [
 ]
 
 
-def write(root: Path, out_dir: Path, name: str, command: str, setup: dict | None = None) -> Path:
+def write(
+    root: Path, out_dir: Path, name: str, command: str, setup: dict | None = None, prior: Path | None = None
+) -> Path:
     """``<out_dir>/<name>.md``, its figures and per-seed CSVs (and ``report_inputs.json``:
     ``reports/study.py``'s :data:`~ssa_repro.reports.study.INPUTS`) in ``<out_dir>/<name>/``; returns
-    the markdown's path. Missing data are reported, not raised."""
+    the markdown's path. ``prior``: a published report's folder whose per-seed rows join the run
+    folders' (a study continued in a later session: ``reports/study.py``'s ``with_prior``, as the ICL
+    report's). Missing data are reported, not raised."""
     root, out_dir = Path(root), Path(out_dir)
     figdir = out_dir / name
     figdir.mkdir(parents=True, exist_ok=True)
     index = read_index(root)
-    paths = export(per_seed(index) if index is not None else {}, figdir)
-    inputs = save_inputs(figdir, run_inputs(root, index, missing_jobs(index, setup), paths))
+    parts, prior_inputs = with_prior(per_seed(index) if index is not None else {}, prior, read=read_back)
+    paths = export(parts, figdir)
+    evaluated = paired.evaluated_keys(setup)
+    missing = paired.missing_jobs(trained_index(index, parts, evaluated), setup, evaluated) if setup else []
+    inputs = run_inputs(root, index, missing, paths)
+    if prior_inputs is not None:
+        inputs = continued_inputs(prior_inputs, inputs, prior, root)
+    inputs = save_inputs(figdir, inputs)
     return render(paths, inputs, out_dir, name, command, setup)
 
 

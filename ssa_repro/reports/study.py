@@ -607,11 +607,12 @@ def job_keys(frame: pd.DataFrame) -> list[tuple]:
     )
 
 
-def prior_jobs(prior: Path) -> set[tuple]:
+def prior_jobs(prior: Path, read=paired.read_back) -> set[tuple]:
     """The jobs (:func:`job_keys`) whose rows a published report's folder ``prior`` holds: what a study
-    continued from it (``--continue-from``) does not train again."""
+    continued from it (``--continue-from``) does not train again. ``read``: the report's reader of its
+    per-seed CSVs (the early report's has its own columns)."""
     paths, _ = load_inputs(prior)
-    return set(job_keys(paired.read_back(paths)))
+    return set(job_keys(read(paths)))
 
 
 def with_prior(
