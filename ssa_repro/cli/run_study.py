@@ -103,8 +103,9 @@ def run(a: argparse.Namespace) -> int:
             else:
                 study.report_index(root, cfg)  # a cut index is rebuilt from the jobs' rows, or refused
                 setup = study.report_setup(cfg)
-                prior = Path(a.continue_from) if a.continue_from is not None else None
-                path = write(root, out, cfg.name, command, setup, prior=prior)
+                # a continued study: the published report's rows join the run folders' (both writers)
+                prior = {"prior": Path(a.continue_from)} if a.continue_from is not None else {}
+                path = write(root, out, cfg.name, command, setup, **prior)
     except OSError as e:  # a read-only or full folder: the storage error's words (core/atomic.py)
         raise SystemExit(f"Error: study {cfg.name}: the report could not be written: {e}") from None
     print(f"report: {path}")
