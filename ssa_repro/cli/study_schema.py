@@ -31,7 +31,9 @@ A study file, after merging over the study it names in ``defaults``, has these k
 ``replication`` optional, with ``primary``: ``{seeds, endpoints}``, a second confirmatory test on new
                 seeds (distinct integers ≥ 0, none of them a confirmatory seed) of some of the endpoints
                 (distinct names in ``primary``), declared after the first was read and before its own
-                runs; decided on those seeds alone, Holm over its endpoints. ``null`` removes a parent's
+                runs; decided on those seeds alone, Holm over its endpoints. A list of such mappings
+                declares several, each its own Holm family (``replication``, ``replication 2``, …; a
+                later one leaves an earlier's level alone), no seed in two. ``null`` removes a parent's
 ==============  =========================================================================================
 
 A duplicate in a list is refused: two equal seeds (or scorers, …) would make one job twice, and the
@@ -215,19 +217,10 @@ def _confirmatory(c: _Check, study: DictConfig, seeds_allowed: str) -> None:
 
 
 def _replication(c: _Check, study: DictConfig, seeds_allowed: str) -> None:
-    """``replication``: ``{seeds, endpoints}``, new seeds for some declared primary endpoints."""
+    """``replication``: ``{seeds, endpoints}`` or a list of them, new seeds for declared primary endpoints."""
     r = study.get("replication")
     if r is None:
         return
-    if not isinstance(r, DictConfig) or set(r) != {"seeds", "endpoints"}:
-        c.bad(
-            "replication",
-            _plain(r),
-            "is not a mapping with exactly the keys seeds, endpoints; allowed: "
-            "{seeds: [distinct integers >= 0], endpoints: [names in primary]}, or null",
-        )
-        return
-    c.distinct("replication.seeds", r.seeds, lambda v: _is_int(v) and v >= 0, seeds_allowed)
     if study.get("confirmatory_seeds") is None:
         c.bad(
             "replication",
@@ -235,23 +228,43 @@ def _replication(c: _Check, study: DictConfig, seeds_allowed: str) -> None:
             "is given without confirmatory_seeds (a replication repeats a confirmatory test on new "
             "seeds); allowed: with confirmatory_seeds, or null",
         )
-    earlier = set(_plain(study.get("confirmatory_seeds")) or ())
-    again = sorted(earlier & set(_plain(r.seeds) or ()) if isinstance(r.seeds, ListConfig) else ())
-    if again:
-        c.bad(
-            "replication.seeds",
-            again,
-            "are confirmatory seeds already; allowed: seeds not in "
-            "confirmatory_seeds (a replication runs new seeds)",
-        )
+    entries = list(enumerate(r)) if isinstance(r, ListConfig) else [(None, r)]
+    if isinstance(r, ListConfig) and not len(r):
+        c.bad("replication", [], "is an empty list; allowed: {seeds, endpoints}, a list of them, or null")
+    taken = {s: "confirmatory_seeds" for s in (_plain(study.get("confirmatory_seeds")) or ())}
     endpoints = _plain(study.get("primary"))
     names = [n for n, e in endpoints.items() if e is not None] if isinstance(endpoints, dict) else []
-    c.distinct(
-        "replication.endpoints",
-        r.endpoints,
-        lambda v: v in names,
-        "names of declared primary endpoints: " + (", ".join(names) or "none declared"),
-    )
+    for i, e in entries:
+        key = "replication" if i is None else f"replication[{i}]"
+        if not isinstance(e, DictConfig) or set(e) != {"seeds", "endpoints"}:
+            c.bad(
+                key,
+                _plain(e),
+                "is not a mapping with exactly the keys seeds, endpoints; allowed: "
+                "{seeds: [distinct integers >= 0], endpoints: [names in primary]}, a list of them, or null",
+            )
+            continue
+        mine = c.distinct(f"{key}.seeds", e.seeds, lambda v: _is_int(v) and v >= 0, seeds_allowed)
+        for where in dict.fromkeys(taken[s] for s in mine if s in taken):
+            again = sorted(s for s in mine if taken.get(s) == where)
+            what = (
+                "are confirmatory seeds already"
+                if where == "confirmatory_seeds"
+                else f"are in {where} already"
+            )
+            c.bad(
+                f"{key}.seeds",
+                again,
+                f"{what}; allowed: seeds not in confirmatory_seeds nor in another replication "
+                "(a replication runs new seeds)",
+            )
+        taken |= {s: key + ".seeds" for s in mine if s not in taken}
+        c.distinct(
+            f"{key}.endpoints",
+            e.endpoints,
+            lambda v: v in names,
+            "names of declared primary endpoints: " + (", ".join(names) or "none declared"),
+        )
 
 
 def _group(c: _Check, key: str, g, study: DictConfig, scorers: list[str], seeds_allowed: str) -> None:

@@ -27,11 +27,17 @@ endpoints on those seeds alone (:func:`decide` on the claims table and the desig
 per-seed frame restricted to them: a confirmatory test, the earlier seeds having suggested the
 hypotheses); on every seed the same contrasts stay in their claim's or design's own family, exploratory
 (:func:`all_seeds`), shown beside the confirmatory result (:func:`results_table`, :func:`note`).
+
+A ``replication`` (``{seeds, endpoints}``, or a list of them: :func:`replications`) declares new seeds,
+after the confirmatory test was read, on which some endpoints are decided again, alone: each
+replication is its own Holm family (``replication``, then ``replication 2``, …), so one declared later
+does not change the level of one already read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -64,29 +70,66 @@ NOTE = (
 NO_CONFIRMATORY = "no confirmatory seeds run yet"
 REPLICATION = "replication"  # the family of a replication's endpoints (Holm over them, on its seeds)
 NO_REPLICATION = "no replication seeds run yet"
+ORDINALS = ("A", "A second", "A third", "A fourth", "A fifth")
 
 
-def replication_note(replication: Mapping | None, run=(), eps: Mapping | None = None) -> str:
-    """The opening's second paragraph where the study declares a ``replication`` (``{seeds,
-    endpoints}``): new seeds for some endpoints, declared after the confirmatory test had been read,
-    deciding them again on those seeds alone (``run``: those in the data); "" without one."""
-    if not replication:
-        return ""
-    names = [n for n in replication["endpoints"] if n in (eps or {})]
-    declared = seed_ranges(replication["seeds"])
+@dataclass
+class Replication:
+    """One declared replication: its Holm ``family`` (:func:`family_name`), its declared ``seeds`` and
+    ``endpoints`` (names in ``primary``), and once decided the seeds of it in the data (``run``) and its
+    endpoints' results on them alone (``results``, :func:`decide`'s columns)."""
+
+    family: str
+    seeds: list
+    endpoints: list
+    run: list = field(default_factory=list)
+    results: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def family_name(i: int) -> str:
+    """The Holm family of the i-th declared replication (0-based): ``replication``, ``replication 2``, …"""
+    return REPLICATION if i == 0 else f"{REPLICATION} {i + 1}"
+
+
+def replications(declared) -> list[Replication]:
+    """A study's ``replication`` value as a list: none (``None``) → [], one ``{seeds, endpoints}`` → one
+    replication in the family ``replication``, a list of them → one each, in the families
+    ``replication``, ``replication 2``, … in the order declared (a later one never renames an
+    earlier)."""
+    if not declared:
+        return []
+    entries = [declared] if isinstance(declared, Mapping) else list(declared)
+    return [
+        Replication(family_name(i), [int(s) for s in e["seeds"]], list(e["endpoints"]))
+        for i, e in enumerate(entries)
+    ]
+
+
+def replication_note(rep: Replication, eps: Mapping | None = None, i: int = 0, alone: bool = True) -> str:
+    """The *Primary endpoints* section's paragraph for a declared replication (``i``: its place in the
+    declared order; ``alone``: the only one declared): new seeds for some endpoints, declared after the
+    confirmatory test had been read, deciding them again on those seeds alone (``rep.run``: those in
+    the data)."""
+    names = [n for n in rep.endpoints if n in (eps or {})]
+    declared = seed_ranges(rep.seeds)
+    ordinal = ORDINALS[i] if i < len(ORDINALS) else "Another"
+    later = " and the earlier replications" if i else ""
     head = (
-        f"A replication was declared after the confirmatory test had been read and before seeds {declared} "
-        f"were run: {len(names)} of the endpoints ({', '.join(names)}) tested again on those new seeds alone, "
-        f"Holm over {'the ' + str(len(names)) if len(names) > 1 else 'it alone'} (family `{REPLICATION}`, "
-        f"k = {len(names)}). The confirmatory seeds are not extended (a "
-        "second look at them would spend their α again); the two tests stand side by side, neither "
-        "overrides the other. "
+        f"{ordinal} replication was declared after the confirmatory test{later} had been read and before "
+        f"seeds {declared} were run: {len(names)} of the endpoints ({', '.join(names)}) tested again on "
+        f"those new seeds alone, Holm over {'the ' + str(len(names)) if len(names) > 1 else 'it alone'} "
+        f"(family `{rep.family}`, k = {len(names)}). The confirmatory seeds are not extended (a "
+        "second look at them would spend their α again); "
+        + (
+            "the two tests stand side by side, neither overrides the other. "
+            if i == 0 and alone
+            else "the tests stand side by side, none overrides another. "
+        )
     )
-    if not len(run):
+    if not len(rep.run):
         return head + f"{NO_REPLICATION.capitalize()}: none of seeds {declared} is in this report's data."
     return (
-        head
-        + f"Seeds in the data: {seed_ranges(run)} ({len(run)} of the {len(replication['seeds'])} declared)."
+        head + f"Seeds in the data: {seed_ranges(rep.run)} ({len(rep.run)} of the {len(rep.seeds)} declared)."
     )
 
 
@@ -420,9 +463,7 @@ def results_table(
     explored: pd.DataFrame | None = None,
     run=None,
     eps: Mapping | None = None,
-    replicated: pd.DataFrame | None = None,
-    replication: Mapping | None = None,
-    replication_run=(),
+    reps: Sequence[Replication] = (),
 ) -> pd.DataFrame:
     """The report's table: per endpoint the estimate with its interval, seeds (ties), p raw and p_Holm
     in the primary family, the power at the seeds run (planned d_z; observed d_s), the verdict, and for
@@ -431,9 +472,9 @@ def results_table(
     With confirmatory seeds (``explored``: :func:`all_seeds`; ``run``: the confirmatory seeds in the
     data; ``eps``: the endpoints, in their order): two rows per endpoint, first the confirmatory test
     (``decided``: on those seeds alone; "no confirmatory seeds run yet" where it has none), then the
-    same contrast on every seed, exploratory, with the p_Holm of its own family and no power. With a
-    ``replication`` (``replicated``: its endpoints decided on its seeds alone, ``replication_run``: its
-    seeds in the data): between the two, the replication's row of each endpoint it names."""
+    same contrast on every seed, exploratory, with the p_Holm of its own family and no power. With
+    replications (``reps``, :class:`Replication` decided): between the two, each replication's row of
+    each endpoint it names, in the declared order."""
     if explored is None:
         return pd.DataFrame([{"endpoint": r["text"], **_result_row(r)} for _, r in decided.iterrows()])
     run = sorted(int(x) for x in (run or ()))
@@ -452,8 +493,7 @@ def results_table(
             mine.append({"test": test, **_result_row(r, k=k)})
         elif run:  # some confirmatory seeds run, none of them for this endpoint
             mine.append({"test": NO_CONFIRMATORY})
-        if replication and name in replication["endpoints"]:
-            mine.append(_replication_row(name, replicated, replication_run, k))
+        mine += [_replication_row(name, rep, k) for rep in reps if name in rep.endpoints]
         if name in every.index:
             r = every.loc[name]
             test = f"all seeds, exploratory (n = {int(r['n_seeds'])})"
@@ -463,16 +503,16 @@ def results_table(
     return out.fillna("—") if len(out) else out
 
 
-def _replication_row(name: str, replicated, run, k: int) -> dict:
-    """An endpoint's replication row in :func:`results_table` (its p_Holm in the replication's family,
-    named in the cell: that family's k may differ from the column's)."""
-    hit = replicated[replicated.endpoint == name] if replicated is not None and len(replicated) else None
+def _replication_row(name: str, rep: Replication, k: int) -> dict:
+    """An endpoint's row of replication ``rep`` in :func:`results_table` (its p_Holm in the
+    replication's family, named in the cell: that family's k may differ from the column's)."""
+    hit = rep.results[rep.results.endpoint == name] if len(rep.results) else None
     if hit is None or not len(hit):
-        return {"test": NO_REPLICATION}
+        return {"test": NO_REPLICATION if rep.family == REPLICATION else f"{rep.family}: {NO_REPLICATION}"}
     r = hit.iloc[0]
-    row = {"test": f"replication: seeds {seed_ranges(run)} (n = {int(r['n_seeds'])})"}
+    row = {"test": f"{rep.family}: seeds {seed_ranges(rep.run)} (n = {int(r['n_seeds'])})"}
     row.update(_result_row(r, k=k))
-    row[f"p_Holm (primary, k = {k})"] = f"{r['p_holm']:.2g} (family `{REPLICATION}`, k = {int(r['k'])})"
+    row[f"p_Holm (primary, k = {k})"] = f"{r['p_holm']:.2g} (family `{rep.family}`, k = {int(r['k'])})"
     return row
 
 

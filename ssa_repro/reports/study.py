@@ -82,8 +82,8 @@ class Decided:
     (``confirmatory``, as declared): ``primaries`` are decided on those seeds alone (``run``: those in
     the data; ``earlier``: the data's other seeds, run before the declaration), and ``explored`` holds
     the same contrasts on every seed, in their own families (:func:`primary.all_seeds`). With its
-    ``replication`` (as declared: ``{seeds, endpoints}``): ``replicated`` holds those endpoints decided
-    on its seeds alone (``replication_run``: those in the data), in the family ``replication``."""
+    ``replication`` (one ``{seeds, endpoints}`` or a list): ``replications`` holds each one's endpoints
+    decided on its seeds alone, in its own family (:class:`primary.Replication`)."""
 
     frame: pd.DataFrame
     claims: list
@@ -96,9 +96,7 @@ class Decided:
     run: list = field(default_factory=list)
     earlier: list = field(default_factory=list)
     explored: pd.DataFrame = field(default_factory=pd.DataFrame)
-    replication: dict | None = None
-    replication_run: list = field(default_factory=list)
-    replicated: pd.DataFrame = field(default_factory=pd.DataFrame)
+    replications: list = field(default_factory=list)
 
 
 def decide(paths: dict[str, Path], setup: dict | None = None) -> Decided:
@@ -148,25 +146,23 @@ def decide(paths: dict[str, Path], setup: dict | None = None) -> Decided:
     return Decided(frame, claims, table, found, designs, eps, primaries, **extra)
 
 
-def replicate(eps: dict, replication: dict | None, frame, claims: list, factorials: dict | None, ctx) -> dict:
-    """A declared ``replication`` (``{seeds, endpoints}``): its endpoints decided on its seeds alone
-    (:func:`confirm`, Holm over them in the family ``replication``), as :class:`Decided`'s
-    ``replication``, ``replication_run``, ``replicated``; the confirmatory test's ``earlier`` seeds
-    (run before the declaration) lose the replication's, which were run after it. {} without one."""
-    if not replication or not eps:
-        return {}
-    mine = {n: eps[n] for n in replication["endpoints"] if n in eps}
-    results, extra = confirm(mine, replication["seeds"], frame, claims, factorials, ctx, primary.REPLICATION)
-    return {
-        "replication": {"seeds": extra["confirmatory"], "endpoints": list(mine)},
-        "replication_run": extra["run"],
-        "replicated": results,
-    }
+def replicate(eps: dict, declared, frame, claims: list, factorials: dict | None, ctx) -> dict:
+    """The declared ``replication`` (one ``{seeds, endpoints}`` or a list, :func:`primary.replications`):
+    each one's endpoints decided on its seeds alone (:func:`confirm`, Holm over them in its own family),
+    as :class:`Decided`'s ``replications``; the confirmatory test's ``earlier`` seeds (run before the
+    declaration) lose every replication's, which were run after it. {} without one."""
+    reps = primary.replications(declared) if eps else []
+    for rep in reps:
+        mine = {n: eps[n] for n in rep.endpoints if n in eps}
+        rep.endpoints = list(mine)
+        rep.results, extra = confirm(mine, rep.seeds, frame, claims, factorials, ctx, rep.family)
+        rep.run = extra["run"]
+    return {"replications": reps} if reps else {}
 
 
 def before_declaration(extra: dict) -> list:
     """The seeds run before the endpoints were declared: neither confirmatory nor a replication's."""
-    later = set(extra.get("replication", {}).get("seeds", ()))
+    later = {s for rep in extra.get("replications", ()) for s in rep.seeds}
     return [s for s in extra.get("earlier", ()) if s not in later]
 
 
@@ -392,17 +388,16 @@ def confirmatory_findings(decided: Decided) -> list[str]:
             f"{primary.NO_CONFIRMATORY}, so none is decided; the estimates on the seeds run, exploratory; "
             "see *Primary endpoints*):"
         )
-    rep = decided.replication
-    if rep:
+    for rep in decided.replications:
+        which = "a replication" + ("" if len(decided.replications) == 1 else f" (family `{rep.family}`)")
         again_text = (
-            f"; a replication of {len(rep['endpoints'])} of them, declared after the confirmatory test had "
-            f"been read, decides them again on new seeds {seed_ranges(rep['seeds'])} alone"
-            + ("" if decided.replication_run else f" ({primary.NO_REPLICATION})")
+            f"; {which} of {len(rep.endpoints)} of them, declared after the confirmatory test had "
+            f"been read, decides {'them' if len(rep.endpoints) > 1 else 'it'} again on new seeds "
+            f"{seed_ranges(rep.seeds)} alone" + ("" if rep.run else f" ({primary.NO_REPLICATION})")
         )
         head = head.replace("; see *Primary endpoints*", again_text + "; see *Primary endpoints*")
     conf = decided.primaries.set_index("endpoint") if len(decided.primaries) else pd.DataFrame()
     every = decided.explored.set_index("endpoint") if len(decided.explored) else pd.DataFrame()
-    again = decided.replicated.set_index("endpoint") if len(decided.replicated) else pd.DataFrame()
     lines = [head, ""]
     i = 0
     for name, e in decided.eps.items():
@@ -414,10 +409,17 @@ def confirmatory_findings(decided: Decided) -> list[str]:
             line = f"{i}. Confirmatory (seeds {seed_ranges(decided.run)}): {_primary_line(r)}"
         else:
             line = f"{i}. **{e['text']}**: {primary.NO_CONFIRMATORY} (seeds {declared} declared)."
-        if name in again.index:
-            line += f" Replication (seeds {seed_ranges(decided.replication_run)}): {_primary_line(again.loc[name])}"
-        elif rep and name in rep["endpoints"]:
-            line += f" Replication: {primary.NO_REPLICATION} (seeds {seed_ranges(rep['seeds'])} declared)."
+        for rep in decided.replications:
+            if name not in rep.endpoints:
+                continue
+            fam = "" if rep.family == primary.REPLICATION else f"family `{rep.family}`, "
+            again = rep.results.set_index("endpoint") if len(rep.results) else pd.DataFrame()
+            if name in again.index:
+                line += f" Replication ({fam}seeds {seed_ranges(rep.run)}): {_primary_line(again.loc[name])}"
+            else:
+                line += (
+                    f" Replication: {primary.NO_REPLICATION} ({fam}seeds {seed_ranges(rep.seeds)} declared)."
+                )
         if name in every.index:
             line += f" All seeds (exploratory): {_explored_text(every.loc[name])}."
         lines.append(line)
@@ -903,9 +905,9 @@ def primary_lines(decided: Decided) -> list[str]:
         primary.note(decided.confirmatory, decided.run, decided.earlier),
         "",
         *(
-            [primary.replication_note(decided.replication, decided.replication_run, decided.eps), ""]
-            if decided.replication
-            else []
+            line
+            for i, rep in enumerate(decided.replications)
+            for line in (primary.replication_note(rep, decided.eps, i, len(decided.replications) == 1), "")
         ),
         f"Power analysis (`stats.plan_table`): for each of the k = {k} endpoints the seeds needed for ≥ 80% "
         f"power at Holm's first level α/k = {0.05 / k:.4g}, for the continuous outcome (exact sign-flip test "
@@ -915,13 +917,15 @@ def primary_lines(decided: Decided) -> list[str]:
         markdown_table(primary.plan(decided.eps, k)),
         "",
     ]
-    rep = decided.replication
-    if rep and len(rep["endpoints"]) != k:  # its own Holm level
-        kr = len(rep["endpoints"])
+    for rep in decided.replications:
+        kr = len(rep.endpoints)
+        if not kr or kr == k:  # the same Holm level as the table above
+            continue
+        whose = "The replication's" if len(decided.replications) == 1 else f"Family `{rep.family}`'s"
         lines += [
-            f"The replication's {kr} endpoint{'s' if kr > 1 else ''} at its Holm level α/{kr} = {0.05 / kr:.4g}:",
+            f"{whose} {kr} endpoint{'s' if kr > 1 else ''} at its Holm level α/{kr} = {0.05 / kr:.4g}:",
             "",
-            markdown_table(primary.plan({n: decided.eps[n] for n in rep["endpoints"]}, kr)),
+            markdown_table(primary.plan({n: decided.eps[n] for n in rep.endpoints}, kr)),
             "",
         ]
     if decided.confirmatory is not None and (len(decided.primaries) or len(decided.explored)):
@@ -931,12 +935,7 @@ def primary_lines(decided: Decided) -> list[str]:
                 f"Results (b − a): per endpoint the confirmatory test on seeds {seed_ranges(decided.run)} "
                 f"alone (of {declared}, declared; the power at those seeds for the planned d_z, and for "
                 "differences like the observed ones with their ties, `stats.power_sign_flip`), "
-                + (
-                    f"then the replication's test on its seeds alone (of {seed_ranges(decided.replication['seeds'])}, "
-                    "declared), "
-                    if decided.replication
-                    else ""
-                )
+                + _replications_text(decided.replications)
                 + "then the same contrast on every seed, exploratory: its p_Holm is its own claim's or "
                 "design's family's, and it decides nothing."
                 if decided.run
@@ -951,9 +950,7 @@ def primary_lines(decided: Decided) -> list[str]:
                     decided.explored,
                     decided.run,
                     decided.eps,
-                    decided.replicated,
-                    decided.replication,
-                    decided.replication_run,
+                    decided.replications,
                 )
             ),
             "",
@@ -973,7 +970,11 @@ def primary_lines(decided: Decided) -> list[str]:
         r = shown[shown.text == e["text"]]
         margin = float(r.margin.iloc[0]) if len(r) else 0.05
         # the seed counts the bimodal endpoints were decided at (every seed and the confirmatory ones)
-        both = [f for f in (decided.primaries, decided.replicated, decided.explored) if len(f)]
+        both = [
+            f
+            for f in (decided.primaries, *(r.results for r in decided.replications), decided.explored)
+            if len(f)
+        ]
         counts = [int(x) for f in both for x in f[f.binary.notna()].n_seeds]
         lines += [
             "Bimodal endpoints (a seed generalises or it does not) decide “within ±m” by the robust rule "
@@ -995,6 +996,16 @@ def primary_lines(decided: Decided) -> list[str]:
             "",
         ]
     return lines
+
+
+def _replications_text(reps: list) -> str:
+    """The results paragraph's words for the replications' rows ("" without one)."""
+    if not reps:
+        return ""
+    if len(reps) == 1:
+        return f"then the replication's test on its seeds alone (of {seed_ranges(reps[0].seeds)}, declared), "
+    each = "; ".join(f"`{r.family}` of {seed_ranges(r.seeds)}" for r in reps)
+    return f"then each replication's test on its own seeds alone ({each}, declared), "
 
 
 def _equivalence_seeds(margin: float, max_jump: float) -> str:
