@@ -70,6 +70,7 @@ NOTE = (
 NO_CONFIRMATORY = "no confirmatory seeds run yet"
 REPLICATION = "replication"  # the family of a replication's endpoints (Holm over them, on its seeds)
 NO_REPLICATION = "no replication seeds run yet"
+INTERIM = "interim, {n} of {of} declared seeds: not decided"  # :func:`interim`
 ORDINALS = ("A", "A second", "A third", "A fourth", "A fifth")
 
 
@@ -128,9 +129,10 @@ def replication_note(rep: Replication, eps: Mapping | None = None, i: int = 0, a
     )
     if not len(rep.run):
         return head + f"{NO_REPLICATION.capitalize()}: none of seeds {declared} is in this report's data."
-    return (
-        head + f"Seeds in the data: {seed_ranges(rep.run)} ({len(rep.run)} of the {len(rep.seeds)} declared)."
-    )
+    head += f"Seeds in the data: {seed_ranges(rep.run)} ({len(rep.run)} of the {len(rep.seeds)} declared)."
+    if len(rep.run) < len(rep.seeds):
+        head += " Interim: its endpoints are decided only once all its seeds are in; none is called here."
+    return head
 
 
 def note(confirmatory=None, run=(), earlier=()) -> str:
@@ -152,6 +154,13 @@ def note(confirmatory=None, run=(), earlier=()) -> str:
             "that suggested the hypotheses cannot test them). Everything else in this report is "
             "exploratory, each contrast corrected within its own stated family."
         )
+    if len(run) < len(confirmatory):
+        head += (
+            f"Interim: {len(run)} of the {len(confirmatory)} confirmatory seeds are in this report's data "
+            f"({seed_ranges(run)}). The endpoints are decided only once all are in (a call at each look at "
+            "part of the sample would spend α again), so no endpoint is called here: each shows its "
+            "estimate, interval and p on the seeds run so far, marked interim. "
+        )
     return head + (
         f"Each endpoint is decided on the confirmatory seeds alone ({seed_ranges(run)}: "
         f"{len(run)} of the {len(confirmatory)} declared in the data), Holm over the k endpoints; beside it the "
@@ -159,6 +168,25 @@ def note(confirmatory=None, run=(), earlier=()) -> str:
         "seeds suggested the hypotheses, so they do not test them). Everything else in this report is "
         "exploratory, each contrast corrected within its own stated family."
     )
+
+
+def interim(results: pd.DataFrame, declared: int) -> pd.DataFrame:
+    """A confirmatory test (or a replication's) decided on part of its declared seeds is an interim look:
+    its verdicts are withheld until every endpoint of the family has all ``declared`` paired seeds.
+
+    Why: the family's Holm p's depend on every endpoint's p, and a call made at a look at part of the
+    sample, repeated as seeds come in, would be taken at more than the declared level (each look spends
+    α again; no α-spending is declared). So while any endpoint has fewer than ``declared`` seeds, every
+    row's verdict reads :data:`INTERIM` with its own seed count; the estimate, interval, p and p_Holm stay
+    shown. Returns a copy of ``results`` (:func:`decide`'s rows) with ``interim`` (bool) added."""
+    if not len(results):
+        return results
+    out = results.copy()
+    short = bool((out.n_seeds.astype(int) < declared).any())
+    out["interim"] = short
+    if short:
+        out["verdict"] = [INTERIM.format(n=int(n), of=declared) for n in out.n_seeds]
+    return out
 
 
 def problems(entries, file: str, claim_keys=None, designs=()) -> list[str]:

@@ -179,7 +179,7 @@ def confirm(
     endpoints' claims and designs recomputed on the per-seed frame restricted to those seeds; the claims
     as built from the whole frame, the templates filled from its values ``ctx``). Returns (the results,
     :class:`Decided`'s ``confirmatory``, ``run`` and ``earlier``); no confirmatory seed in the data: no
-    results."""
+    results. With fewer paired seeds than declared the verdicts are withheld (:func:`primary.interim`)."""
     wanted = sorted(int(s) for s in seeds)
     sub = frame[frame.seed.astype(int).isin(wanted)]
     run = sorted(int(s) for s in sub.seed.unique())
@@ -194,7 +194,7 @@ def confirm(
     designs = factorial.table(
         sub, {k: v for k, v in (factorials or {}).items() if k in used}, ctx, primary.design_cells(eps)
     )
-    return primary.decide(eps, table, designs, sub, claims, family), extra
+    return primary.interim(primary.decide(eps, table, designs, sub, claims, family), len(wanted)), extra
 
 
 def without_endpoints(table: pd.DataFrame, eps: dict) -> pd.DataFrame:
@@ -376,7 +376,14 @@ def confirmatory_findings(decided: Decided) -> list[str]:
     on every seed, exploratory."""
     declared = seed_ranges(decided.confirmatory)
     before = f"after seeds {seed_ranges(decided.earlier)} were run and " if decided.earlier else ""
-    if decided.run:
+    if decided.run and len(decided.run) < len(decided.confirmatory):
+        head = (
+            f"**Primary endpoints** (declared {before}before seeds {declared}; interim: "
+            f"{len(decided.run)} of the {len(decided.confirmatory)} confirmatory seeds run "
+            f"({seed_ranges(decided.run)}), so none is decided yet; beside each, the same contrast on every "
+            "seed, exploratory; see *Primary endpoints*):"
+        )
+    elif decided.run:
         head = (
             f"**Primary endpoints** (declared {before}before seeds {declared}; decided on the confirmatory "
             f"seeds alone, {seed_ranges(decided.run)}; beside each, the same contrast on every seed, "
