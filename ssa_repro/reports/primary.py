@@ -130,15 +130,20 @@ def replication_note(rep: Replication, eps: Mapping | None = None, i: int = 0, a
     if not len(rep.run):
         return head + f"{NO_REPLICATION.capitalize()}: none of seeds {declared} is in this report's data."
     head += f"Seeds in the data: {seed_ranges(rep.run)} ({len(rep.run)} of the {len(rep.seeds)} declared)."
-    if len(rep.run) < len(rep.seeds):
-        head += " Interim: its endpoints are decided only once all its seeds are in; none is called here."
+    short = shortfall(rep.results, len(rep.seeds), len(rep.endpoints))
+    if short:
+        head += (
+            f" Interim: {short}; its endpoints are decided only once each has all its seeds paired, so none "
+            "is called here."
+        )
     return head
 
 
-def note(confirmatory=None, run=(), earlier=()) -> str:
+def note(confirmatory=None, run=(), earlier=(), short: str = "") -> str:
     """The *Primary endpoints* section's opening: :data:`NOTE` without ``confirmatory`` seeds; with them,
     that the endpoints were declared after the ``earlier`` seeds had been run and before the
-    confirmatory ones, which alone decide them (``run``: those of them in the data)."""
+    confirmatory ones, which alone decide them (``run``: those of them in the data; ``short``:
+    :func:`shortfall`'s words where the test is interim)."""
     if confirmatory is None:
         return NOTE
     declared = seed_ranges(confirmatory)
@@ -154,12 +159,12 @@ def note(confirmatory=None, run=(), earlier=()) -> str:
             "that suggested the hypotheses cannot test them). Everything else in this report is "
             "exploratory, each contrast corrected within its own stated family."
         )
-    if len(run) < len(confirmatory):
+    if short:
         head += (
-            f"Interim: {len(run)} of the {len(confirmatory)} confirmatory seeds are in this report's data "
-            f"({seed_ranges(run)}). The endpoints are decided only once all are in (a call at each look at "
-            "part of the sample would spend α again), so no endpoint is called here: each shows its "
-            "estimate, interval and p on the seeds run so far, marked interim. "
+            f"Interim: {short} ({len(run)} of the {len(confirmatory)} confirmatory seeds are in this report's "
+            f"data: {seed_ranges(run)}). The endpoints are decided only once each has all its declared seeds "
+            "paired (a call at each look at part of the sample would spend α again), so no endpoint is "
+            "called here: each shows its estimate, interval and p on the seeds run so far, marked interim. "
         )
     return head + (
         f"Each endpoint is decided on the confirmatory seeds alone ({seed_ranges(run)}: "
@@ -170,23 +175,36 @@ def note(confirmatory=None, run=(), earlier=()) -> str:
     )
 
 
-def interim(results: pd.DataFrame, declared: int) -> pd.DataFrame:
+def interim(results: pd.DataFrame, declared: int, k: int) -> pd.DataFrame:
     """A confirmatory test (or a replication's) decided on part of its declared seeds is an interim look:
-    its verdicts are withheld until every endpoint of the family has all ``declared`` paired seeds.
+    its verdicts are withheld until each of its ``k`` endpoints has all ``declared`` paired seeds.
 
     Why: the family's Holm p's depend on every endpoint's p, and a call made at a look at part of the
     sample, repeated as seeds come in, would be taken at more than the declared level (each look spends
-    α again; no α-spending is declared). So while any endpoint has fewer than ``declared`` seeds, every
-    row's verdict reads :data:`INTERIM` with its own seed count; the estimate, interval, p and p_Holm stay
-    shown. Returns a copy of ``results`` (:func:`decide`'s rows) with ``interim`` (bool) added."""
+    α again; no α-spending is declared). So while any endpoint has fewer than ``declared`` paired seeds,
+    or no row at all, every row's verdict reads :data:`INTERIM` with its own seed count; the estimate,
+    interval, p and p_Holm stay shown. Returns a copy of ``results`` (:func:`decide`'s rows) with
+    ``interim`` (bool) added."""
     if not len(results):
         return results
     out = results.copy()
-    short = bool((out.n_seeds.astype(int) < declared).any())
+    short = len(out) < k or bool((out.n_seeds.astype(int) < declared).any())
     out["interim"] = short
     if short:
         out["verdict"] = [INTERIM.format(n=int(n), of=declared) for n in out.n_seeds]
     return out
+
+
+def shortfall(results: pd.DataFrame, declared: int, k: int) -> str:
+    """Why a test is interim (:func:`interim`), in words; "" when it is complete or has no rows."""
+    if not len(results) or not bool(results.interim.any()):
+        return ""
+    if len(results) < k:
+        missing = k - len(results)
+        return f"{missing} of the {k} endpoints {'have' if missing > 1 else 'has'} no paired seed yet"
+    return (
+        f"the fewest paired seeds an endpoint has is {int(results.n_seeds.min())} of the {declared} declared"
+    )
 
 
 def problems(entries, file: str, claim_keys=None, designs=()) -> list[str]:
@@ -304,7 +322,10 @@ def decide(
     found = [(name, e, *hit) for name, e in eps.items() if (hit := _find(e, table, designs))]
     if not found:
         return pd.DataFrame()
-    p_holm = stats.holm(np.array([r["p_value"] for *_, r in found]))
+    # Holm over the k declared endpoints: one not found (not run, not learned) counts as p = 1, so the
+    # found ones are not adjusted over fewer tests than the k printed
+    ps = np.array([r["p_value"] for *_, r in found] + [1.0] * (k - len(found)))
+    p_holm = stats.holm(ps)[: len(found)]
     rows = []
     for (name, e, where, idx, r), ph in zip(found, p_holm):
         c = _contrast(r)

@@ -151,12 +151,15 @@ def replicate(eps: dict, declared, frame, claims: list, factorials: dict | None,
     each one's endpoints decided on its seeds alone (:func:`confirm`, Holm over them in its own family),
     as :class:`Decided`'s ``replications``; the confirmatory test's ``earlier`` seeds (run before the
     declaration) lose every replication's, which were run after it. {} without one."""
-    reps = primary.replications(declared) if eps else []
-    for rep in reps:
+    reps = []
+    for rep in primary.replications(declared) if eps else []:  # families numbered as declared
         mine = {n: eps[n] for n in rep.endpoints if n in eps}
+        if not mine:  # every endpoint it names removed (a child study's null): nothing to decide
+            continue
         rep.endpoints = list(mine)
         rep.results, extra = confirm(mine, rep.seeds, frame, claims, factorials, ctx, rep.family)
         rep.run = extra["run"]
+        reps.append(rep)
     return {"replications": reps} if reps else {}
 
 
@@ -194,7 +197,9 @@ def confirm(
     designs = factorial.table(
         sub, {k: v for k, v in (factorials or {}).items() if k in used}, ctx, primary.design_cells(eps)
     )
-    return primary.interim(primary.decide(eps, table, designs, sub, claims, family), len(wanted)), extra
+    return primary.interim(
+        primary.decide(eps, table, designs, sub, claims, family), len(wanted), len(eps)
+    ), extra
 
 
 def without_endpoints(table: pd.DataFrame, eps: dict) -> pd.DataFrame:
@@ -376,11 +381,11 @@ def confirmatory_findings(decided: Decided) -> list[str]:
     on every seed, exploratory."""
     declared = seed_ranges(decided.confirmatory)
     before = f"after seeds {seed_ranges(decided.earlier)} were run and " if decided.earlier else ""
-    if decided.run and len(decided.run) < len(decided.confirmatory):
+    short = _shortfall(decided)
+    if decided.run and short:
         head = (
-            f"**Primary endpoints** (declared {before}before seeds {declared}; interim: "
-            f"{len(decided.run)} of the {len(decided.confirmatory)} confirmatory seeds run "
-            f"({seed_ranges(decided.run)}), so none is decided yet; beside each, the same contrast on every "
+            f"**Primary endpoints** (declared {before}before seeds {declared}; interim: {short}, with seeds "
+            f"{seed_ranges(decided.run)} run, so none is decided yet; beside each, the same contrast on every "
             "seed, exploratory; see *Primary endpoints*):"
         )
     elif decided.run:
@@ -395,12 +400,21 @@ def confirmatory_findings(decided: Decided) -> list[str]:
             f"{primary.NO_CONFIRMATORY}, so none is decided; the estimates on the seeds run, exploratory; "
             "see *Primary endpoints*):"
         )
-    for rep in decided.replications:
-        which = "a replication" + ("" if len(decided.replications) == 1 else f" (family `{rep.family}`)")
+    several = len(decided.replications) > 1
+    for i, rep in enumerate(decided.replications):
+        which = "a replication" + (f" (family `{rep.family}`)" if several else "")
+        read = "the confirmatory test" + (" and the earlier replications" if i else "")
+        state = (
+            f" ({primary.NO_REPLICATION})"
+            if not rep.run
+            else " (interim)"
+            if primary.shortfall(rep.results, len(rep.seeds), len(rep.endpoints))
+            else ""
+        )
         again_text = (
-            f"; {which} of {len(rep.endpoints)} of them, declared after the confirmatory test had "
+            f"; {which} of {len(rep.endpoints)} of them, declared after {read} had "
             f"been read, decides {'them' if len(rep.endpoints) > 1 else 'it'} again on new seeds "
-            f"{seed_ranges(rep.seeds)} alone" + ("" if rep.run else f" ({primary.NO_REPLICATION})")
+            f"{seed_ranges(rep.seeds)} alone" + state
         )
         head = head.replace("; see *Primary endpoints*", again_text + "; see *Primary endpoints*")
     conf = decided.primaries.set_index("endpoint") if len(decided.primaries) else pd.DataFrame()
@@ -419,7 +433,7 @@ def confirmatory_findings(decided: Decided) -> list[str]:
         for rep in decided.replications:
             if name not in rep.endpoints:
                 continue
-            fam = "" if rep.family == primary.REPLICATION else f"family `{rep.family}`, "
+            fam = f"family `{rep.family}`, " if several else ""
             again = rep.results.set_index("endpoint") if len(rep.results) else pd.DataFrame()
             if name in again.index:
                 line += f" Replication ({fam}seeds {seed_ranges(rep.run)}): {_primary_line(again.loc[name])}"
@@ -909,7 +923,7 @@ def primary_lines(decided: Decided) -> list[str]:
     lines = [
         "## Primary endpoints",
         "",
-        primary.note(decided.confirmatory, decided.run, decided.earlier),
+        primary.note(decided.confirmatory, decided.run, decided.earlier, _shortfall(decided)),
         "",
         *(
             line
@@ -1003,6 +1017,13 @@ def primary_lines(decided: Decided) -> list[str]:
             "",
         ]
     return lines
+
+
+def _shortfall(decided: Decided) -> str:
+    """Why the confirmatory test is interim (:func:`primary.shortfall`), "" when it is not."""
+    if decided.confirmatory is None:
+        return ""
+    return primary.shortfall(decided.primaries, len(decided.confirmatory), len(decided.eps))
 
 
 def _replications_text(reps: list) -> str:
