@@ -122,3 +122,16 @@ def test_interim_on_no_rows_is_a_no_op():
     empty = pd.DataFrame()
     assert primary.interim(empty, 5, 2) is empty
     assert primary.shortfall(empty, 5, 2) == ""
+
+
+def test_seeds_run_with_no_pair_yet_are_interim_not_decided(paths, tmp_path):
+    """A confirmatory seed with one arm only (SSA not run yet): the seed is in the data, no endpoint has
+    a paired seed, and the words say so instead of "decided on the confirmatory seeds alone"."""
+    only = _without(paths, tmp_path, lambda f: f.seed.isin(CONFIRMATORY) & (f.scorer == "ssa"))
+    d = report.decide(only, _setup())
+    assert d.run == CONFIRMATORY and d.primaries.empty
+    text = "\n".join(report.primary_lines(d))
+    assert "Interim: none of the 4 endpoints has a paired seed yet" in text
+    found = "\n".join(report.findings_markdown(d.found, d.claims, d.table, d)).split("**Exploratory**")[0]
+    assert "interim: none of the 4 endpoints has a paired seed yet" in found
+    assert "decided on the confirmatory seeds alone" not in found

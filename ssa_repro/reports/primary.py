@@ -130,7 +130,7 @@ def replication_note(rep: Replication, eps: Mapping | None = None, i: int = 0, a
     if not len(rep.run):
         return head + f"{NO_REPLICATION.capitalize()}: none of seeds {declared} is in this report's data."
     head += f"Seeds in the data: {seed_ranges(rep.run)} ({len(rep.run)} of the {len(rep.seeds)} declared)."
-    short = shortfall(rep.results, len(rep.seeds), len(rep.endpoints))
+    short = shortfall(rep.results, len(rep.seeds), len(rep.endpoints), rep.run)
     if short:
         head += (
             f" Interim: {short}; its endpoints are decided only once each has all its seeds paired, so none "
@@ -195,9 +195,12 @@ def interim(results: pd.DataFrame, declared: int, k: int) -> pd.DataFrame:
     return out
 
 
-def shortfall(results: pd.DataFrame, declared: int, k: int) -> str:
-    """Why a test is interim (:func:`interim`), in words; "" when it is complete or has no rows."""
-    if not len(results) or not bool(results.interim.any()):
+def shortfall(results: pd.DataFrame, declared: int, k: int, run=()) -> str:
+    """Why a test is interim (:func:`interim`), in words; "" when it is complete, or when none of its
+    seeds is in the data (``run`` empty: "no … seeds run yet" is said instead)."""
+    if not len(results):  # seeds run, none paired yet (an arm still missing): interim too
+        return f"none of the {k} endpoints has a paired seed yet" if len(run) else ""
+    if not bool(results.interim.any()):
         return ""
     if len(results) < k:
         missing = k - len(results)

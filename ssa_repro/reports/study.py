@@ -408,7 +408,7 @@ def confirmatory_findings(decided: Decided) -> list[str]:
             f" ({primary.NO_REPLICATION})"
             if not rep.run
             else " (interim)"
-            if primary.shortfall(rep.results, len(rep.seeds), len(rep.endpoints))
+            if primary.shortfall(rep.results, len(rep.seeds), len(rep.endpoints), rep.run)
             else ""
         )
         again_text = (
@@ -1023,7 +1023,7 @@ def _shortfall(decided: Decided) -> str:
     """Why the confirmatory test is interim (:func:`primary.shortfall`), "" when it is not."""
     if decided.confirmatory is None:
         return ""
-    return primary.shortfall(decided.primaries, len(decided.confirmatory), len(decided.eps))
+    return primary.shortfall(decided.primaries, len(decided.confirmatory), len(decided.eps), decided.run)
 
 
 def _replications_text(reps: list) -> str:
