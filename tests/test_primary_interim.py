@@ -135,3 +135,24 @@ def test_seeds_run_with_no_pair_yet_are_interim_not_decided(paths, tmp_path):
     found = "\n".join(report.findings_markdown(d.found, d.claims, d.table, d)).split("**Exploratory**")[0]
     assert "interim: none of the 4 endpoints has a paired seed yet" in found
     assert "decided on the confirmatory seeds alone" not in found
+
+
+def test_one_confirmatory_seed_reads_as_interim_with_zero_power(paths, tmp_path):
+    """The first confirmatory seed of a study continued over sessions: one paired seed. The report reads
+    it (it raised in the power at n = 1 before): power 0, since the sign-flip test's only p is then 1."""
+    first = _without(paths, tmp_path, lambda f: f.seed.isin(CONFIRMATORY[1:]))
+    d = report.decide(first, _setup())
+    got = d.primaries.set_index("endpoint")
+    assert (got.n_seeds == 1).all() and got.interim.all()
+    assert (got["power (planned d_z)"] == 0).all() and (got["power (observed d_s, ties)"] == 0).all()
+    assert (got.p_value == 1).all()
+    assert "interim, 1 of 8 declared seeds: not decided" in "\n".join(report.primary_lines(d))
+
+
+def test_power_paired_at_one_seed_is_zero_and_below_one_an_error():
+    from ssa_repro import stats
+
+    assert stats.power_paired(0.8, 1) == 0.0
+    assert stats.power_paired(0.8, 6) > 0  # 2^(1-6) = 1/32 < 0.05: the test can reach α
+    with pytest.raises(ValueError, match="n_seeds=0 must be at least 1"):
+        stats.power_paired(0.8, 0)

@@ -357,11 +357,15 @@ def _primary_line(r) -> str:
         f"**{r['text']}** = {paired.fmt(r['estimate'], sc)} [{paired.fmt(r['low'], sc)}, "
         f"{paired.fmt(r['high'], sc)}], p_Holm {r['p_holm']:.2g} ({r.get('family', primary.FAMILY)}, "
         f"k = {int(r['k'])}), "
-        f"{int(r['n_seeds'])} seeds, {int(r['seeds_worse'])} against the claimed direction"
+        f"{_seeds(r['n_seeds'])}, {int(r['seeds_worse'])} against the claimed direction"
         f"{_generalising(r['binary'])}: **{r['verdict']}**{_side(r)}; power at these seeds "
         f"{r['power (observed d_s, ties)']:.2f} (observed d_s), {r['power (planned d_z)']:.2f} (planned d_z "
         f"{r['planned d_z']:g})."
     )
+
+
+def _seeds(n) -> str:
+    return f"{int(n)} seed{'' if int(n) == 1 else 's'}"
 
 
 def _explored_text(r) -> str:
@@ -996,7 +1000,8 @@ def primary_lines(decided: Decided) -> list[str]:
             for f in (decided.primaries, *(r.results for r in decided.replications), decided.explored)
             if len(f)
         ]
-        counts = [int(x) for f in both for x in f[f.binary.notna()].n_seeds]
+        # (a simulation needs two seeds at least: an interim count of one is left out)
+        counts = [int(x) for f in both for x in f[f.binary.notna()].n_seeds if int(x) >= 2]
         lines += [
             "Bimodal endpoints (a seed generalises or it does not) decide “within ±m” by the robust rule "
             "(`stats.robust_verdict`): the equivalence call stands only if the interval that allows for "

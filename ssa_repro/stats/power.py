@@ -122,9 +122,10 @@ def power_paired(effect_sd: float, n_seeds: int, alpha: float = 0.05) -> float:
     (:attr:`Contrast.effect_size`; for two arms of seed SD σ, effect Δ and correlation ρ,
     d_z = Δ / (σ √(2(1 − ρ)))): the paired t test's power, from the noncentral t
     (``statsmodels`` ``TTestPower``), which the sign-flip test approaches; 0 where the exact sign-flip
-    test cannot reach α at all (its smallest two-sided p, 2^(1−n), is ≥ α: n ≤ 5 at α = 0.05)."""
-    if n_seeds < 2:
-        raise ValueError(f"n_seeds={n_seeds!r} must be at least 2")
+    test cannot reach α at all (its smallest two-sided p, 2^(1−n), is ≥ α: n ≤ 5 at α = 0.05; one seed's
+    only p is 1, so a report reading its first confirmatory seed gets 0, not an error)."""
+    if n_seeds < 1:
+        raise ValueError(f"n_seeds={n_seeds!r} must be at least 1")
     if 2.0 ** (1 - n_seeds) >= alpha:
         return 0.0
     if isinstance(n_seeds, (int, np.integer)) and isinstance(effect_sd, (int, float)):
