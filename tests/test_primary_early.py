@@ -8,8 +8,12 @@ p_Holm by statsmodels; then the same on confirmatory seeds (a subset), and the s
 
 from __future__ import annotations
 
+import atexit
+import functools
 import itertools
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +35,22 @@ ENDPOINTS = {  # endpoint: (SSA arm, item, method, metric)
 }
 
 
+FIXTURE_SEEDS = range(7)  # the seeds these tests were written on: the published CSVs grow as seeds 7-36 run
+
+
+@functools.cache
 def _paths() -> dict:
+    """The committed per-seed CSVs cut to seeds 0-6 (copies in a temporary folder, removed at exit), so
+    the numbers checked here do not move as the study's confirmatory seeds are published."""
     inputs = json.loads((SRC / report.INPUTS).read_text())
-    return {part: SRC / f for part, f in inputs["per_seed"].items()}
+    out = Path(tempfile.mkdtemp(prefix="early_cpu_seeds_0-6_"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    paths = {}
+    for part, f in inputs["per_seed"].items():
+        frame = pd.read_csv(SRC / f)
+        frame[frame.seed.isin(FIXTURE_SEEDS)].to_csv(out / f, index=False)
+        paths[part] = out / f
+    return paths
 
 
 def _setup(seeds=None) -> dict:
