@@ -599,6 +599,40 @@ def test_tasks_and_groups_select_jobs_and_unknown_names_are_refused():
         study.select_groups(todo, None, s, ("evry",))
 
 
+def test_seeds_select_jobs_and_a_seed_no_selected_job_has_is_refused():
+    s = study.load("early_cpu")
+    todo = study.jobs(s)
+    some = study.select_groups(todo, ("mlm",), s, None, (24, 25, 36))
+    # each seed once per scorer arm, nothing from another group
+    assert sorted((j.seed, j.scorer) for j in some) == sorted(
+        (seed, arm) for seed in (24, 25, 36) for arm in ("softmax", "ssa_n1.5", "ssa_n2")
+    )
+    with pytest.raises(
+        SystemExit,
+        match=r"--seeds \[12\]: no job of study early_cpu in group\(s\) \['lm'\] has them; its seeds: 0-9$",
+    ):
+        study.select_groups(todo, ("lm",), s, None, (3, 12))
+
+
+@pytest.mark.parametrize(
+    ("given", "want"), [(["7"], [[7]]), (["24-26", "3"], [[24, 25, 26], [3]]), (["5-5"], [[5]])]
+)
+def test_seeds_argument_reads_integers_and_inclusive_ranges(given, want):
+    from ssa_repro.cli import arguments
+
+    assert arguments.study().parse_args(["early_cpu", "--seeds", *given]).seeds == want
+
+
+@pytest.mark.parametrize("bad", ["x", "9-3", "-2", "1.5"])
+def test_a_bad_seed_argument_is_refused_naming_what_is_allowed(bad, capsys):
+    from ssa_repro.cli import arguments
+
+    with pytest.raises(SystemExit):
+        arguments.study().parse_args(["early_cpu", "--seeds", bad])
+    err = capsys.readouterr().err
+    assert "argument --seeds" in err and "an inclusive range low-high (24-36)" in err, err
+
+
 def test_a_ladder_title_names_every_rung_and_the_core_title_its_size():
     ladder = OmegaConf.to_container(study.load("icl_scale"))
     head = report.title("icl_scale", ladder)

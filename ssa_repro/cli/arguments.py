@@ -13,6 +13,7 @@ tests/test_cli_feel.py.
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import yaml
@@ -80,6 +81,8 @@ examples:
   ssa-study quick                   the same pipeline on tiny settings (about a minute)
   ssa-study icl_cpu --jobs 14 --set device=cpu      a many-core machine, CPU only
   ssa-study early_cpu --groups curves_mlm           some groups only (the others' results kept)
+  ssa-study early_cpu --groups mlm --seeds 24-36 --root outputs/study/early_b
+                                    some seeds only: a second core or machine takes the matrix's end
   ssa-study icl_cpu --groups architecture --tasks every_num   and some tasks only
   ssa-study icl_cpu --report-only --publish         the committed report, docs/results/icl_cpu.md
   ssa-study icl_cpu --report-only --from-csv docs/results/icl_cpu --publish
@@ -147,7 +150,26 @@ def study() -> argparse.ArgumentParser:
         metavar="TASK",
         help="run only these of the study's tasks (e.g. every_num: a headline first; default: all)",
     )
+    p.add_argument(
+        "--seeds",
+        nargs="*",
+        default=None,
+        type=seed_spec,
+        metavar="SEED",
+        help="run only these seeds: integers or inclusive ranges such as 24-36 (two machines or cores "
+        "split a matrix, each into its own --root; default: all)",
+    )
     return p
+
+
+def seed_spec(text: str) -> list[int]:
+    """``--seeds`` item: ``7`` -> [7], ``24-36`` -> [24, ..., 36] (inclusive, low-high)."""
+    m = re.fullmatch(r"(\d+)(?:-(\d+))?", text.strip())
+    if not m or (m[2] is not None and int(m[2]) < int(m[1])):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a seed; allowed: a non-negative integer (7) or an inclusive range low-high (24-36)"
+        )
+    return list(range(int(m[1]), int(m[2] or m[1]) + 1))
 
 
 def stats_table() -> argparse.ArgumentParser:

@@ -80,6 +80,7 @@ def run(a: argparse.Namespace) -> int:
                 tuple(a.set),
                 tuple(a.groups) if a.groups else None,
                 tuple(a.tasks) if a.tasks else None,
+                seeds=tuple(sorted({x for item in a.seeds for x in item})) if a.seeds else None,
                 ensembles=a.ensembles,
                 skip=icl_report.prior_jobs(Path(a.continue_from), READERS[report_of(cfg)])
                 if a.continue_from

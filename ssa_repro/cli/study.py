@@ -332,10 +332,16 @@ def step_problems(study: DictConfig, key: str, cfg: DictConfig) -> list[str]:
 
 
 def select_groups(
-    todo: list[Job], groups: tuple[str, ...] | None, study: DictConfig, tasks: tuple[str, ...] | None = None
+    todo: list[Job],
+    groups: tuple[str, ...] | None,
+    study: DictConfig,
+    tasks: tuple[str, ...] | None = None,
+    seeds: tuple[int, ...] | None = None,
 ) -> list[Job]:
-    """The jobs of ``groups`` and ``tasks`` only (all when None); an unknown name stops, naming the
-    known ones. ``tasks`` are the study's task names (``every_num``), to run a headline first."""
+    """The jobs of ``groups``, ``tasks`` and ``seeds`` only (all when None); an unknown name stops,
+    naming the known ones. ``tasks`` are the study's task names (``every_num``), to run a headline first;
+    ``seeds`` split a matrix between processes (each its own root), and a seed that none of the selected
+    jobs has stops, naming the seeds they have."""
     unknown = [g for g in groups or () if g not in study.groups]
     if unknown:
         raise SystemExit(
@@ -346,7 +352,28 @@ def select_groups(
         raise SystemExit(
             f"Error: study {study.name} has no task(s) {unknown}; known: {', '.join(study.tasks)}"
         )
-    return [j for j in todo if (not groups or j.group in groups) and (not tasks or j.task in tasks)]
+    todo = [j for j in todo if (not groups or j.group in groups) and (not tasks or j.task in tasks)]
+    known = sorted({j.seed for j in todo})
+    unknown = [s for s in seeds or () if s not in known]
+    if unknown:
+        raise SystemExit(
+            f"Error: --seeds {unknown}: no job of study {study.name}"
+            + (f" in group(s) {list(groups)}" if groups else "")
+            + (f" and task(s) {list(tasks)}" if tasks else "")
+            + f" has them; its seeds: {_ranges(known)}"
+        )
+    return [j for j in todo if not seeds or j.seed in seeds]
+
+
+def _ranges(values: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
 INDEX_EVERY_S = 20.0  # while a study runs, its index.csv (and wall time) is rewritten at most this often
@@ -571,13 +598,15 @@ def run(
     conf_dir: Path = CONF_DIR,
     ensembles: str = "auto",
     skip: frozenset | set = frozenset(),
+    seeds: tuple[int, ...] | None = None,
 ) -> Path:
     """Run (or resume) every job of study ``name``; returns the study folder (with ``index.csv``). The
     study file and every job's config are checked first: a problem stops the study before anything is
     written. The folder is held for this process (:func:`lock_root`). A job that fails does not stop the
     others: the study runs them all, writes the index of every finished job (:func:`write_index`) and
     ``failures.txt``, and exits non-zero naming each failed job (rerun to retry them). ``groups``: only
-    those groups' jobs, ``tasks`` only those tasks' (the index holds every finished job's rows).
+    those groups' jobs, ``tasks`` only those tasks', ``seeds`` only those seeds' (the index holds every
+    finished job's rows).
     ``ensembles``: train the jobs that differ only in the seed as seed ensembles first
     (:func:`train_ensembles`): ``auto`` (on CUDA), ``on``, ``off``. ``skip``: jobs as (group, task,
     scorer, arch, train_sigma, seed) not to train (a published report holds them: ``--continue-from``)."""
@@ -588,7 +617,7 @@ def run(
     study = load(name, conf_dir)
     root = Path(root or default_root(study.name))
     every = jobs(study, tuple(extra))
-    todo = select_groups(every, groups, study, tasks)
+    todo = select_groups(every, groups, study, tasks, seeds)
     if skip:  # --continue-from: the jobs a published report already holds are not trained again
         n = len(todo)
         todo = [j for j in todo if (j.group, j.task, j.scorer, j.arch, j.train_sigma, j.seed) not in skip]
