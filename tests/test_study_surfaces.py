@@ -293,6 +293,25 @@ def test_progress_is_one_line_on_a_terminal_and_a_log_line_per_job_elsewhere(
     assert "[Parallel" not in err and "job 1 of 8 done" not in caplog.text
 
 
+def test_a_logged_study_line_gives_elapsed_time_and_the_time_left_at_the_rate_so_far(caplog):
+    """Without a terminal each finished job's line says the time since the start and done-rate × jobs
+    left: at t = 90 s with 1 of 4 done, 0:01:30 elapsed and 3 × 90 s = 0:04:30 left; at t = 200 s with 2
+    done, 2 × 100 s."""
+    ticks = iter([1000.0, 1090.0, 1200.0])
+    p = study.Progress("x", 4, clock=lambda: next(ticks))
+    p.bar.disable = True  # as in a log file
+    job = study.Job("core", "linear", "ssa", "small", 1.0, 3, ())
+    with caplog.at_level(logging.INFO, logger="ssa_repro.study"):
+        p.done(job, "")
+        p.done(job, "boom")
+    p.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "job 1 of 4 done (core/linear-ssa-small-sigma1-s3): 0:01:30 elapsed, about 0:04:30 left at this rate",
+        "job 2 of 4 done (core/linear-ssa-small-sigma1-s3, failed): 0:03:20 elapsed, about 0:03:20 left at this rate",
+    ]
+
+
 def test_the_report_goes_to_the_study_folder_unless_published(tmp_path, monkeypatch):
     """`ssa-study icl_cpu` wrote into the tracked docs/results by default; now into its --root (or
     --out), and into docs/results only with --publish."""

@@ -23,6 +23,7 @@ stored per step, so ``steps`` gives learning curves.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import logging
 import re
@@ -548,10 +549,12 @@ def lock_root(root: Path, name: str) -> RunLock:
 class Progress:
     """One overall line for the study (tqdm: jobs done of N, failures, elapsed, ETA), drawn only when
     stderr is a terminal; elsewhere (a log file, CI) one log line per finished job instead of joblib's
-    ``[Parallel(n_jobs=1)]: Done 1 tasks`` chatter."""
+    ``[Parallel(n_jobs=1)]: Done 1 tasks`` chatter, with the time since this invocation started and the
+    jobs left at the rate so far (elapsed / done × left: jobs running side by side count as they finish)."""
 
-    def __init__(self, name: str, total: int):
+    def __init__(self, name: str, total: int, clock=time.monotonic):
         self.done_n, self.failed, self.total = 0, 0, total
+        self.clock, self.t0 = clock, clock()
         self.bar = tqdm(total=total, desc=f"study {name}", unit="job", disable=not sys.stderr.isatty())
 
     def done(self, job: Job, why: str) -> None:
@@ -559,13 +562,29 @@ class Progress:
         self.failed += bool(why)
         if self.bar.disable:
             failed = ", failed" if why else ""
-            log.info("job %d of %d done (%s/%s%s)", self.done_n, self.total, job.group, job.name, failed)
+            elapsed = self.clock() - self.t0
+            left = elapsed / self.done_n * (self.total - self.done_n)
+            log.info(
+                "job %d of %d done (%s/%s%s): %s elapsed, about %s left at this rate",
+                self.done_n,
+                self.total,
+                job.group,
+                job.name,
+                failed,
+                _hms(elapsed),
+                _hms(left),
+            )
             return
         self.bar.set_postfix(failed=self.failed, refresh=False)
         self.bar.update(1)
 
     def close(self) -> None:
         self.bar.close()
+
+
+def _hms(seconds: float) -> str:
+    """3725.4 -> '1:02:05' (as the training log's ETA)."""
+    return str(datetime.timedelta(seconds=round(seconds)))
 
 
 @contextlib.contextmanager
