@@ -396,3 +396,24 @@ def test_compiled_training_on_cuda_matches_eager(setting, tmp_path):
     assert [r["step"] for r in a] == [r["step"] for r in b] and a
     for ra, rb in zip(a, b):
         assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-4)
+
+
+def test_a_batch_drawn_for_cuda_holds_the_cpu_draws_values():
+    """draw_batch to CUDA (pinned, non-blocking copies) gives the CPU draw's values, on the GPU; an
+    ensemble's stacked leaves likewise."""
+    from ssa_repro.tasks import build_task, curriculum
+    from ssa_repro.training.ensemble import stack_batches
+    from ssa_repro.training.trainer import draw_batch
+
+    cfg = make_cfg("task=linear")
+    task = build_task(cfg.task)
+    stage = curriculum.stage(cfg.curriculum, 0)
+    on_cpu = draw_batch(task, 3, 8, stage, torch.Generator().manual_seed(1), "cpu")
+    on_gpu = draw_batch(task, 3, 8, stage, torch.Generator().manual_seed(1), "cuda")
+    torch.cuda.synchronize()
+    for name in ("tokens", "targets", "pred_idx", "xs"):
+        assert getattr(on_gpu, name).device.type == "cuda"
+        assert torch.equal(getattr(on_gpu, name).cpu(), getattr(on_cpu, name))
+    leaves, _, _ = stack_batches([on_cpu, on_cpu], "cuda")
+    torch.cuda.synchronize()
+    assert torch.equal(leaves[0].cpu(), torch.stack([on_cpu.tokens, on_cpu.tokens]))

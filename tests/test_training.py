@@ -355,3 +355,47 @@ def test_a_tree_is_dirty_for_code_changes_but_not_for_documentation():
     assert dirty("M ssa_repro/a.py")
     # the paths recorded with a start (a report names them): a carried dependency folder is one
     assert changes("?? .site/\n M docs/x.md\n M ssa_repro/a.py") == [".site/", "ssa_repro/a.py"]
+
+
+def test_a_batch_moves_field_by_field_and_keeps_its_kind():
+    """trainer.batch_to: every tensor of a batch (dicts of tensors too) moved, None kept, the dataclass
+    the same; the values unchanged (on the CPU the tensors are the same objects: nothing to copy)."""
+    from ssa_repro.tasks.base import Batch
+    from ssa_repro.tasks.mlm import MLMBatch
+    from ssa_repro.training.trainer import batch_to
+
+    g = torch.Generator().manual_seed(0)
+    b = Batch(*(torch.randn(2, 3, generator=g) for _ in range(4)), ys=None, params={"a": torch.ones(2, 1)})
+    moved = batch_to(b, "cpu")
+    assert type(moved) is Batch and moved.ys is None and set(moved.params) == {"a"}
+    assert all(getattr(moved, k) is getattr(b, k) for k in ("tokens", "targets", "pred_idx", "xs"))
+    assert moved.params["a"] is b.params["a"]
+    m = MLMBatch(torch.arange(6).view(2, 3), torch.full((2, 3), -100))
+    assert type(batch_to(m, "cpu")) is MLMBatch and torch.equal(batch_to(m, "cpu").targets, m.targets)
+
+
+def test_to_cuda_a_batch_goes_through_pinned_memory_without_blocking(monkeypatch):
+    """The CUDA branch of trainer.host_to, spied on a CPU machine: pin_memory() first, then
+    .to(cuda, non_blocking=True) (a pageable copy would synchronise the stream every step); other
+    devices take a plain .to."""
+    from ssa_repro.training import trainer
+
+    calls = []
+    real_to = torch.Tensor.to
+
+    def pin(self):
+        calls.append("pin")
+        return self
+
+    def to(self, *args, **kw):
+        calls.append(("to", str(args[0]), kw.get("non_blocking", False)))
+        return self if str(args[0]).startswith("cuda") else real_to(self, *args, **kw)
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    t = torch.ones(3)
+    trainer.host_to(t, "cuda:1")
+    assert calls == ["pin", ("to", "cuda:1", True)]
+    calls.clear()
+    trainer.host_to(t, "meta")
+    assert calls == [("to", "meta", False)]

@@ -69,6 +69,7 @@ from ssa_repro.training.trainer import (
     DRAW_DEVICE,
     draw_batch,
     finish,
+    host_to,
     init_model,
     log_progress,
     log_row,
@@ -167,7 +168,7 @@ def stack_batches(batches: list, device) -> tuple[list[torch.Tensor], tuple, typ
         if not t and any(x is not c[0] and x != c[0] for x in c):
             raise ValueError(f"a batch field differs between seeds and is not a tensor: {c}")
     consts = tuple(None if t else c[0] for t, c in zip(is_tensor, cols))
-    leaves = [torch.stack(c).to(device) for t, c in zip(is_tensor, cols) if t]
+    leaves = [host_to(torch.stack(c), device) for t, c in zip(is_tensor, cols) if t]  # CUDA: not blocking
     return leaves, (flat[0][1], is_tensor, consts), type(batches[0])
 
 

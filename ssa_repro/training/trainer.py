@@ -27,6 +27,7 @@ ensembles of ``ensemble.py`` reuse them). Under torchrun
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch.utils import _pytree as pytree
 
 from ssa_repro.core import atomic, provenance, tracking
 from ssa_repro.core.enums import value_of
@@ -174,9 +176,31 @@ def prompt_generator(seed: int, rank: int = 0) -> torch.Generator:
 
 def draw_batch(task, index: int, batch_size: int, stage: Stage, gen: torch.Generator, device) -> object:
     """The ``index``-th training micro-batch drawn from the CPU generator ``gen`` on the CPU, then
-    moved to ``device``: the same prompts for a seed on CPU and CUDA."""
+    moved to ``device`` (:func:`batch_to`): the same prompts for a seed on CPU and CUDA."""
     batch = task.train_batch(index, batch_size, stage, gen, DRAW_DEVICE)
-    return batch if torch.device(device).type == "cpu" else batch.to(device)
+    return batch if torch.device(device).type == "cpu" else batch_to(batch, device)
+
+
+def host_to(t: torch.Tensor, device) -> torch.Tensor:
+    """A CPU tensor on ``device``. To CUDA through pinned memory, without blocking: a copy from pageable
+    memory makes torch synchronise the stream (``Tensor.to``'s non_blocking=False), so the host would
+    wait for every kernel queued so far and could not draw the next step's prompts while the GPU still
+    computes this one. The pinned buffer outlives its copy (torch's caching host allocator waits for
+    the copy's event before reusing it); kernels queued after the copy on the same stream see its data."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def batch_to(batch, device):
+    """A task's batch (a dataclass of tensors, dicts of tensors, None) with every tensor :func:`host_to`
+    ``device``."""
+    moved = {
+        f.name: pytree.tree_map_only(torch.Tensor, lambda t: host_to(t, device), getattr(batch, f.name))
+        for f in dataclasses.fields(batch)
+    }
+    return dataclasses.replace(batch, **moved)
 
 
 def train_step(s: Setup, step: int, stage: Stage) -> torch.Tensor:
