@@ -383,3 +383,72 @@ def test_a_job_config_is_composed_once_and_again_after_a_config_file_changes(tmp
         (conf / "train" / "default.yaml").read_text() + "\ngrad_clip: 0.25\n"
     )
     assert study._compose(job).train.grad_clip == 0.25 and len(calls) == 3
+
+
+def test_a_dry_run_lists_each_settings_jobs_by_state_and_writes_nothing(tmp_path, capsys):
+    """ssa-study --dry-run: per setting the seeds and how many jobs are finished (record matching the
+    run), trained with evaluations due (summary.json), stopped mid-training (a checkpoint) or to train;
+    the root is not created, and --dry-run with --report-only is refused."""
+    from ssa_repro.core.rundir import RunDir
+
+    path = write_study(tmp_path)
+    root = tmp_path / "out"
+    s = study.load("tiny", tmp_path)
+    jobs = {j.name: j for j in study.jobs(s)}
+    text = study.plan("tiny", root, conf_dir=tmp_path)
+    assert text.splitlines()[0] == f"study tiny: 8 jobs in {root}: 8 to train, 0 to resume training, " + (
+        "0 trained with evaluations due, 0 finished (their rows reused)"
+    )
+    assert not root.exists()
+
+    def run_dir(name):
+        return RunDir(root / "runs" / "core" / name)
+
+    run_dir("lin-softmax-small-sigma1-s0").path.mkdir(parents=True)
+    run_dir("lin-softmax-small-sigma1-s0").summary_file.write_text("{}")
+    for name in ("lin-ssa-small-sigma1-s1", "evr-softmax-small-sigma1-s0"):
+        run_dir(name).last_checkpoint.parent.mkdir(parents=True)
+        run_dir(name).last_checkpoint.write_bytes(b"")
+    done = jobs["evr-softmax-small-sigma1-s0"]  # its record names what its rows were made from
+    cfg = study._compose(done)
+    key = study.done_key(cfg, s, study.evaluations(s, str(cfg.task.name), "core"), run_dir(done.name).path)
+    record = study.job_rows_path(root, "core", done.name).with_suffix(".key")
+    record.parent.mkdir(parents=True)
+    record.write_text(key + "\n")
+    before = sorted(root.rglob("*"))
+    lines = study.plan("tiny", root, conf_dir=tmp_path).splitlines()
+    assert lines[0].endswith(
+        "5 to train, 1 to resume training, 1 trained with evaluations due, 1 finished (their rows reused)"
+    )
+    rows = {
+        tuple(r.split()[:3]): r.split()[5:] for r in lines[2:-1]
+    }  # (group, task, scorer) -> seeds, counts
+    assert lines[1].split() == [
+        "group",
+        "task",
+        "scorer",
+        "arch",
+        "train_sigma",
+        "seeds",
+        "jobs",
+        "finished",
+        "evaluate",
+        "resume",
+        "train",
+    ]
+    assert rows == {
+        ("core", "lin", "softmax"): ["0-1", "2", "0", "1", "0", "1"],
+        ("core", "lin", "ssa"): ["0-1", "2", "0", "0", "1", "1"],
+        ("core", "evr", "softmax"): ["0-1", "2", "1", "0", "0", "1"],
+        ("core", "evr", "ssa"): ["0-1", "2", "0", "0", "0", "2"],
+    }
+    assert sorted(root.rglob("*")) == before  # nothing written, no lock taken
+    assert run_study.main([str(path), "--root", str(root), "-n", "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "4 jobs in" in out
+        and "1 to resume training" in out
+        and out.rstrip().endswith("dry run: nothing written")
+    )
+    with pytest.raises(SystemExit, match="--dry-run and --report-only exclude each other"):
+        run_study.main([str(path), "--root", str(root), "-n", "--report-only"])

@@ -81,6 +81,8 @@ examples:
   ssa-study quick                   the same pipeline on tiny settings (about a minute)
   ssa-study icl_cpu --jobs 14 --set device=cpu      a many-core machine, CPU only
   ssa-study early_cpu --groups curves_mlm           some groups only (the others' results kept)
+  ssa-study early_cpu --groups mlm --continue-from docs/results/early_cpu --dry-run
+                                    what that would run, per setting: seeds, finished, left to train
   ssa-study early_cpu --groups mlm --seeds 24-36 --root outputs/study/early_b
                                     some seeds only: a second core or machine takes the matrix's end
   ssa-study icl_cpu --groups architecture --tasks every_num   and some tasks only
@@ -118,6 +120,13 @@ def study() -> argparse.ArgumentParser:
         "--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every job (e.g. device=cpu)"
     )
     p.add_argument("--report-only", action="store_true", help="only write the report from stored results")
+    p.add_argument(
+        "--dry-run",
+        "-n",
+        action="store_true",
+        help="list the jobs the same command would run (per setting: seeds, finished, to evaluate, to train), "
+        "check their configs, and write nothing",
+    )
     p.add_argument(
         "--from-csv",
         default=None,

@@ -635,6 +635,24 @@ def run(
         )
     study = load(name, conf_dir)
     root = Path(root or default_root(study.name))
+    every, todo = _selected(study, extra, groups, tasks, seeds, skip)
+    lock = lock_root(root, study.name)
+    try:
+        with storage_advice("--root <another folder>"):
+            if ensembles == "on" or (ensembles == "auto" and _on_cuda(todo)):
+                train_ensembles(study.name, root, todo, n_jobs)
+            _run(study, root, todo, every, n_jobs)
+    finally:
+        lock.release()
+    return root
+
+
+ENSEMBLE_MODES = ("auto", "on", "off")
+
+
+def _selected(study, extra, groups, tasks, seeds, skip) -> tuple[list[Job], list[Job]]:
+    """(every job of the study, the jobs to run): ``groups``/``tasks``/``seeds`` selected, the published
+    ones (``skip``) left out, every config checked (a problem stops here, before anything is written)."""
     every = jobs(study, tuple(extra))
     todo = select_groups(every, groups, study, tasks, seeds)
     if skip:  # --continue-from: the jobs a published report already holds are not trained again
@@ -648,18 +666,69 @@ def run(
     found = problems(study, todo)
     if found:
         raise SystemExit(f"Error: study {study.name}: invalid job configs:\n  - " + "\n  - ".join(found))
-    lock = lock_root(root, study.name)
-    try:
-        with storage_advice("--root <another folder>"):
-            if ensembles == "on" or (ensembles == "auto" and _on_cuda(todo)):
-                train_ensembles(study.name, root, todo, n_jobs)
-            _run(study, root, todo, every, n_jobs)
-    finally:
-        lock.release()
-    return root
+    return every, todo
 
 
-ENSEMBLE_MODES = ("auto", "on", "off")
+def plan(
+    name: str,
+    root: Path | None = None,
+    extra: tuple[str, ...] = (),
+    groups: tuple[str, ...] | None = None,
+    tasks: tuple[str, ...] | None = None,
+    seeds: tuple[int, ...] | None = None,
+    conf_dir: Path = CONF_DIR,
+    skip: frozenset | set = frozenset(),
+) -> str:
+    """What :func:`run` would do with the same arguments (``ssa-study --dry-run``), as a table: per
+    setting (group, task, scorer, arch, σ) its seeds and how many of its jobs are finished in ``root``
+    (their stored rows reused), trained with evaluations still due (``summary.json``), stopped while
+    training (a checkpoint: they resume), or still to train. The same
+    selection and checks as :func:`run`; nothing is written (no lock, no folder)."""
+    study = load(name, conf_dir)
+    root = Path(root or default_root(study.name))
+    _, todo = _selected(study, extra, groups, tasks, seeds, skip)
+    rows = []
+    for job in todo:
+        run_dir = root / "runs" / job.group / job.name
+        cfg = _compose(job)
+        key = done_key(cfg, study, evaluations(study, str(cfg.task.name), job.group), run_dir)
+        record = job_rows_path(root, job.group, job.name).with_suffix(".key")
+        if key is not None and record.is_file() and record.read_text().strip() == key:
+            state = "finished"
+        elif RunDir(run_dir).summary_file.is_file():  # training ended (summary.json)
+            state = "evaluate"
+        elif RunDir(run_dir).last_checkpoint.is_file():  # stopped mid-training: resumes from here
+            state = "resume"
+        else:
+            state = "train"
+        rows.append({**asdict(job), "state": state})
+    head = f"study {study.name}: {len(todo)} jobs in {root}"
+    if not rows:
+        return head + ": nothing to run (dry run: nothing written)"
+    df = pd.DataFrame(rows)
+    keys = ["group", "task", "scorer", "arch", "train_sigma"]
+    table = (
+        df.groupby(keys, sort=False)
+        .agg(
+            seeds=("seed", lambda x: _ranges(sorted(x))),
+            jobs=("seed", "size"),
+            finished=("state", lambda x: int((x == "finished").sum())),
+            evaluate=("state", lambda x: int((x == "evaluate").sum())),
+            resume=("state", lambda x: int((x == "resume").sum())),
+            train=("state", lambda x: int((x == "train").sum())),
+        )
+        .reset_index()
+    )
+    counts = df.state.value_counts()
+    return "\n".join(
+        [
+            head + f": {counts.get('train', 0)} to train, {counts.get('resume', 0)} to resume training, "
+            f"{counts.get('evaluate', 0)} trained with evaluations due, {counts.get('finished', 0)} finished "
+            "(their rows reused)",
+            table.to_string(index=False),
+            "dry run: nothing written",
+        ]
+    )
 
 
 def _compose(job: Job) -> DictConfig:
