@@ -71,40 +71,25 @@ def run(a: argparse.Namespace) -> int:
     cfg = study.load(a.name)
     write = REPORTS[report_of(cfg)]
     root = Path(a.root or study.default_root(cfg.name))
+    # the selection, the same for a dry run and a run: groups, tasks, seeds, the published jobs left out
+    select = dict(
+        groups=tuple(a.groups) if a.groups else None,
+        tasks=tuple(a.tasks) if a.tasks else None,
+        seeds=tuple(sorted({x for item in a.seeds for x in item})) if a.seeds else None,
+        skip=icl_report.prior_jobs(Path(a.continue_from), READERS[report_of(cfg)])
+        if a.continue_from and not a.report_only
+        else frozenset(),
+    )
     if a.dry_run:
         if a.report_only:
             raise SystemExit(
                 "Error: --dry-run and --report-only exclude each other (--dry-run lists the jobs to run)"
             )
-        print(
-            study.plan(
-                a.name,
-                root,
-                tuple(a.set),
-                tuple(a.groups) if a.groups else None,
-                tuple(a.tasks) if a.tasks else None,
-                seeds=tuple(sorted({x for item in a.seeds for x in item})) if a.seeds else None,
-                skip=icl_report.prior_jobs(Path(a.continue_from), READERS[report_of(cfg)])
-                if a.continue_from
-                else frozenset(),
-            )
-        )
+        print(study.plan(a.name, root, tuple(a.set), **select))
         return 0
     if not a.report_only:
         try:
-            study.run(
-                a.name,
-                root,
-                a.jobs,
-                tuple(a.set),
-                tuple(a.groups) if a.groups else None,
-                tuple(a.tasks) if a.tasks else None,
-                seeds=tuple(sorted({x for item in a.seeds for x in item})) if a.seeds else None,
-                ensembles=a.ensembles,
-                skip=icl_report.prior_jobs(Path(a.continue_from), READERS[report_of(cfg)])
-                if a.continue_from
-                else frozenset(),
-            )
+            study.run(a.name, root, a.jobs, tuple(a.set), ensembles=a.ensembles, **select)
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the workers are stopped (study.run)
             print(
                 f"study {cfg.name} stopped ({e or 'interrupted'}); its workers were stopped. Finished jobs "
