@@ -207,11 +207,11 @@ def ladder_figures(frame: pd.DataFrame, out: Path) -> list[Path]:
     """Per group outside :data:`KNOWN_GROUPS` with several architectures (a ladder's rungs): one figure per
     :func:`ladder_cells` cell, the per-seed values of softmax and SSA across the rungs."""
     ax, paths = axes(frame), []
-    for group in sorted(set(frame.group) - set(KNOWN_GROUPS)):
+    for group in sorted(set(frame.group.unique()) - set(KNOWN_GROUPS)):
         g = frame[(frame.group == group) & (frame.predictor == "model")]
         if g.arch.nunique() < 2:
             continue
-        for i, (label, task, metric, summ) in enumerate(ladder_cells(ax, set(g.task), g)):
+        for i, (label, task, metric, summ) in enumerate(ladder_cells(ax, set(g.task.unique()), g)):
             rows = g[(g.task == task) & (g.metric == metric) & (g.summary == summ)]
             path = dots(
                 rows,
@@ -221,7 +221,7 @@ def ladder_figures(frame: pd.DataFrame, out: Path) -> list[Path]:
                 metric.replace("_", " "),
                 out / f"{group}_arms_{i}_{task}.png",
                 log=metric == "mse",
-                order=sorted(set(rows.arch)),
+                order=sorted(rows.arch.unique()),
             )
             if path:
                 paths.append(path)

@@ -88,7 +88,7 @@ def bases(frame: pd.DataFrame) -> list[tuple[str, str]]:
     if ((frame.group == BASE[0]) & (frame.arch == BASE[1])).any():
         return [BASE]
     other = frame[~frame.group.isin(KNOWN_GROUPS) & frame.task.isin([*QUANT, "linear"])]
-    return sorted(set(zip(other.group, other.arch)))
+    return sorted(set(other[["group", "arch"]].drop_duplicates().itertuples(index=False, name=None)))
 
 
 def tag(base: tuple[str, str]) -> str:
