@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from ssa_repro.tasks import TASKS, Stage, build_task, curriculum
 from ssa_repro.tasks import baselines as B
-from tests.conftest import make_cfg, run_script
+from tests.conftest import TINY, make_cfg, run_script
 
 GARG = [
     "linear_regression",
@@ -176,7 +176,7 @@ def test_a_function_task_trains_and_evaluates_with_its_baselines(tmp_path):
     run = tmp_path / "run"
     proc = run_script(
         "train.py",
-        "debug=tiny",
+        *TINY,
         "task=relu_2nn",
         "task.n_dims=4",
         "curriculum.dims_start=2",

@@ -10,8 +10,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from ssa_repro.cli.sweeps import MAX_DIR, SWEEP_KEYS_ENV, job_dir
 from ssa_repro.evaluation.store import stored
 from ssa_repro.reports import compare
 from ssa_repro.training.validate import check
-from tests.conftest import CONF, ROOT, TINY, run_script
+from tests.conftest import CONF, TINY, run_script
 
 # The tiny run of conftest, logging to W&B offline (the point of some checks here).
 ARGS = [a for a in TINY if not a.startswith("logger.")] + ["logger.mode=offline"]
@@ -42,17 +40,6 @@ PAPER_SIZES = [
     "12L8AH",
     "18L8AH",
 ]
-
-
-def _train(*args, timeout=300, env=None):
-    return subprocess.run(
-        [sys.executable, "train.py", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", **(env or {})},
-    )
 
 
 def _train_here(*args):
@@ -223,7 +210,7 @@ def test_joblib_multirun_two_jobs_two_wandb_runs_and_full_grids(tmp_path):
 def test_submitit_local_multirun(tmp_path):
     """submitit's local executor stands in for SLURM: same folders and results."""
     sweep = tmp_path / "sweep"
-    proc = _train(
+    proc = _train_here(  # submitit starts each job in a process of its own: the outer one can be this
         "-m",
         "hydra/launcher=submitit_local",
         "hydra.launcher.timeout_min=5",

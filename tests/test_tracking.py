@@ -495,7 +495,7 @@ class FakeWandb(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_wandb(no_credentials, monkeypatch):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeWandb)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}")
     FakeWandb.seen = []
     yield server

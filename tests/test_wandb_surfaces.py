@@ -184,7 +184,7 @@ class ErrorServer(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def error_server(monkeypatch, tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ErrorServer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("WANDB_BASE_URL", url)
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
