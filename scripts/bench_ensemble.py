@@ -39,9 +39,8 @@ def parser() -> argparse.ArgumentParser:
 if __name__ == "__main__":
     parser().parse_args()  # --help and usage errors answer here, before the imports below load torch
 
-from hydra import compose, initialize_config_dir  # noqa: E402
 
-from ssa_repro.config import CONF_DIR  # noqa: E402
+from ssa_repro.config import compose_cached  # noqa: E402
 from ssa_repro.training.ensemble import train_ensemble  # noqa: E402
 
 
@@ -59,8 +58,7 @@ def configs(size: str, scorer: str, k: int, steps: int, device: str) -> list:
         "logger.mode=disabled",
         f"device={device}",
     ]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return [compose("train", overrides=[*base, f"seed={s}"]) for s in range(k)]
+    return [compose_cached([*base, f"seed={s}"]) for s in range(k)]  # one compose, K copies
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -385,3 +385,66 @@ def test_help_lists_each_entry_points_own_groups(tmp_path):
         "steep"
         in dict(line.split(": ", 1) for line in config_groups("train", conf).splitlines())["curriculum"]
     )
+
+
+# compose_cached splits the overrides as Hydra does (config-group choices, then values applied in order):
+# the cases where the split or the order could differ from Hydra's own compose
+TRICKY = [
+    ["train.steps=9", "task=every", "scorer=ssa"],  # a value before the group choices
+    ["experiment=paper_linear", "model.n_layer=2"],  # a value over an experiment's (package _global_)
+    ["debug=tiny", "train.steps=3", "train.steps=4"],  # the same key twice: the last wins
+    ["++train.steps=5", "+task.extra=1"],  # force-add over a key; add to a task config
+    ["~evaluation.also"],  # a deletion (refused by the typed schema: refused alike)
+    ["train.lr=${train.weight_decay}"],  # an interpolation
+    ["evaluation.sigmas=[1,2,5]", "logger.tags=[a,b]"],  # lists
+    ["train={steps: 7, lr: 0.01}"],  # a dict value
+    ["hydra.run.dir=/x", "hydra/launcher=joblib", "seed=4"],  # Hydra's own keys and groups
+    ["model=encoder", "task=mlm", "model.pos=rope"],  # a value key under a group's name
+    ["model=encoder", "task=mlm", "+model.pos=rope"],  # an add over an existing key: refused alike
+    ["scorer=ssa_n2", "scorer.n_init=1.5"],  # a preset, then its value
+]
+
+
+@pytest.mark.parametrize("overrides", TRICKY, ids=["|".join(t) for t in TRICKY])
+def test_compose_cached_is_hydras_compose_value_for_value(overrides, monkeypatch):
+    from hydra import compose
+
+    from ssa_repro.config import compose_cached
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            want = compose("train", overrides=overrides)
+    except ConfigCompositionException as e:  # refused: refused alike, with the same message
+        with pytest.raises(ConfigCompositionException) as got:
+            compose_cached(overrides)
+        assert str(got.value) == str(e) and str(got.value.__cause__) == str(e.__cause__)
+        return
+    import ssa_repro.config as config
+
+    calls = []  # what reaches Hydra's compose: the group choices (and hydra.*), never a value override
+    monkeypatch.setattr(
+        config, "compose", lambda name, overrides: calls.append(overrides) or compose(name, overrides)
+    )
+    got = compose_cached(overrides)
+    assert OmegaConf.to_yaml(got) == OmegaConf.to_yaml(want)
+    assert OmegaConf.to_container(got, resolve=True) == OmegaConf.to_container(want, resolve=True)
+    assert OmegaConf.is_struct(got) == OmegaConf.is_struct(want)
+    groups = {"task", "scorer", "experiment", "debug", "model", "hydra/launcher"}
+    values = [
+        o for o in overrides if o.split("=")[0].lstrip("+") not in groups and not o.startswith("hydra.")
+    ]
+    assert not [o for c in calls for o in c if o in values], calls
+
+
+@pytest.mark.parametrize("bad", [["train.stpes=3"], ["+train.steps=3"], ["~train.nope"], ["seed=0,1"]])
+def test_compose_cached_refuses_what_compose_refuses_with_its_message(bad):
+    from hydra import compose
+
+    from ssa_repro.config import compose_cached
+
+    with pytest.raises(ConfigCompositionException) as want:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            compose("train", overrides=bad)
+    with pytest.raises(ConfigCompositionException) as got:
+        compose_cached(bad)
+    assert str(got.value) == str(want.value)

@@ -377,8 +377,12 @@ def test_a_job_config_is_composed_once_and_again_after_a_config_file_changes(tmp
     first.train.lr = 1.0
     again = study._compose(job)
     assert again.train.lr == 0.003 and len(calls) == 1  # a copy of the kept one: no second compose
+    # another seed and learning rate, the same group choices: values applied to a copy, no compose
     other = study._compose(study.Job("core", "lin", "softmax", "small", 1.0, 4, ("task=linear", "seed=4")))
-    assert other.seed == 4 and len(calls) == 2
+    assert other.seed == 4 and other.train.lr == 1e-4  # train/default.yaml's, not the first job's 0.003
+    assert len(calls) == 1
+    ev = study._compose(study.Job("core", "ev", "softmax", "small", 1.0, 4, ("task=every", "seed=4")))
+    assert ev.task.name == "every" and len(calls) == 2  # another group choice: composed
     (conf / "train" / "default.yaml").write_text(
         (conf / "train" / "default.yaml").read_text() + "\ngrad_clip: 0.25\n"
     )
