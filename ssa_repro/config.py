@@ -143,14 +143,26 @@ def _composed(conf_dir: str, config_name: str, overrides: tuple[str, ...], state
         return compose(config_name, overrides=list(overrides))
 
 
-@functools.lru_cache(maxsize=1024)
 def _is_group(conf_dir: str, key: str, state: tuple) -> bool:
     """Whether Hydra reads ``key=...`` as a config-group choice (``task``, ``hydra/launcher``) rather than
-    a value, as Hydra's defaults list decides (its repository's ``group_exists``): through the public
-    ``ConfigLoader.list_groups`` of the key's parent group."""
-    parent, _, name = key.lstrip("/").rpartition("/")
+    a value, as Hydra's defaults list decides (its repository's ``group_exists``)."""
+    return key.strip("/") in _groups(conf_dir, state)
+
+
+@functools.lru_cache(maxsize=16)
+def _groups(conf_dir: str, state: tuple) -> frozenset[str]:
+    """Every config group's path under ``conf_dir`` and Hydra's own (``task``, ``hydra/launcher``,
+    ``schema/task``): the public ``ConfigLoader.list_groups``, walked from the root once per state."""
+    out, todo = set(), [""]
     with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-        return name in GlobalHydra.instance().config_loader().list_groups(parent)
+        loader = GlobalHydra.instance().config_loader()
+        while todo:
+            parent = todo.pop()
+            for name in loader.list_groups(parent):
+                path = f"{parent}/{name}" if parent else name
+                out.add(path)
+                todo.append(path)
+    return frozenset(out)
 
 
 def scorer_options(conf_dir: Path = CONF_DIR) -> list[str]:
