@@ -305,7 +305,10 @@ def test_the_early_study_continues_from_its_published_report(tmp_path, monkeypat
         published[cols].sort_values(cols[:-2]).reset_index(drop=True),
     )
     text = md.read_text()
-    assert f"group `mlm`: {groups['mlm']} of 111 jobs trained and indexed" in text  # 3 scorers x 37 seeds
+    if groups["mlm"] < 111:  # 3 scorers x 37 seeds; a missing job is named, a complete group is not
+        assert f"group `mlm`: {groups['mlm']} of 111 jobs trained and indexed" in text
+    else:
+        assert "group `mlm`:" not in text
     # the confirmatory seeds (7-36) with all three arms published decide whether the test is interim
     mlm = published[published.group == "mlm"]
     arms = mlm[mlm.seed.between(7, 36)].groupby("seed").scorer.nunique()

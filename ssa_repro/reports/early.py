@@ -424,7 +424,7 @@ def render(
         "**Decision rule** (docs/statistics.md): per contrast, b − a per seed (same seed: the same initial "
         "weights and batch order under every scorer; the same Zorro pairs, held-out utterances, streams and "
         "task items for every model), averaged over seeds; a 95% expanded percentile bootstrap interval over "
-        "seeds; the exact sign-flip p over seeds, Holm-adjusted once, across the claim's contrasts (its "
+        "seeds; the sign-flip p over seeds " + stats.SIGN_FLIP_P + ", Holm-adjusted once, across the claim's contrasts (its "
         "family, named beside it). *yes* / *contradicted*: the interval excludes 0 (on the claimed / other "
         "side) and p_Holm < 0.05, unless both intervals lie inside ±m: then *non-zero, within ±m* (never "
         "*contradicted*); *not "

@@ -480,7 +480,7 @@ def rule_markdown(table: pd.DataFrame) -> list[str]:
     lines = [
         "**Decision rule** (docs/statistics.md). Per contrast, b − a per seed (same seed: same initial "
         "weights and training prompts; same evaluation prompts), averaged over seeds; a 95% expanded "
-        "percentile bootstrap interval over seeds; the exact sign-flip p over seeds, Holm-adjusted once, in "
+        "percentile bootstrap interval over seeds; the sign-flip p over seeds " + stats.SIGN_FLIP_P + ", Holm-adjusted once, in "
         "the contrast's one family, named beside it: the contrasts of its claim (one per task), a family "
         "claims share, or the declared primary endpoints. *yes*: the interval excludes 0 on the claimed "
         "side and p_Holm < 0.05; *contradicted*: the same on the other side, unless both intervals lie "

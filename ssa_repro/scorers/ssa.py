@@ -129,8 +129,8 @@ def blocked_inference(q, k, v, b, n, mask, causal: bool) -> torch.Tensor:
 
     Since b > 0, b·|x| = |(b·q)·k| and sgn(x) = sgn((b·q)·k): b is folded into q, and for each block of
     queries and batch entries the logits x' = (b·q)·kᵀ are written into one buffer, turned into
-    t = copysign(n·log1p(|x'|), x') in a second one (n > 0 keeps the sign), masked and normalised there
-    in place, and multiplied by v into the output: the [B, H, T, S] tensor is never formed, and a block
+    t = copysign(n·log1p(|x'|), x') in a second one (n > 0 keeps the sign), masked there, normalised
+    back into the first, and multiplied by v into the output: the [B, H, T, S] tensor is never formed, and a block
     stays in cache through its passes. The same numbers as the plain path to float32 rounding
     (tests/test_fast_paths.py).
 
@@ -173,8 +173,10 @@ def blocked_inference(q, k, v, b, n, mask, causal: bool) -> torch.Tensor:
                 tx[..., q0:q1].add_(upper[: q1 - q0, : q1 - q0])
             elif hidden is not None:
                 tx.add_(hidden[b0:b1, :, q0:q1])
-            torch.softmax(tx, dim=-1, out=tx)  # in place: each row is read before it is written
-            torch.matmul(tx, v[b0:b1, :, :keys], out=out[b0:b1, :, q0:q1])
+            # into x's buffer (x is no longer needed): ATen's softmax in place, out=tx, took twice as
+            # long on rows of 40-100 keys (docs/performance.md)
+            w = torch.softmax(tx, dim=-1, out=x)
+            torch.matmul(w, v[b0:b1, :, :keys], out=out[b0:b1, :, q0:q1])
 
     in_parallel(run, blocks)
     return out.to(dtype)

@@ -52,6 +52,8 @@ _WHERE = {
     "NONZERO_WITHIN": "paired",
     "PROMPT_DESIGNS": "paired",
     "SCALES": "paired",
+    "SIGN_FLIP_P": "paired",
+    "SIGN_FLIP_RESAMPLES": "paired",
     "UNDERPOWERED": "paired",
     "VERDICTS": "paired",
     "WITHIN": "paired",

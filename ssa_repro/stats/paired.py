@@ -36,6 +36,9 @@ SCALES = ("identity", "log")
 ALTERNATIVES = ("two-sided", "greater", "less")
 PROMPT_DESIGNS = ("crossed", "nested")
 MAX_EXACT = 30  # sign flips are counted exactly (all 2^n of them) up to this many seeds, sampled above
+SIGN_FLIP_RESAMPLES = 100_000  # random sign patterns (seeded) above MAX_EXACT seeds
+# how the reports' decision rules name the p: exact only up to MAX_EXACT seeds
+SIGN_FLIP_P = f"(exact up to {MAX_EXACT} seeds; above, from {SIGN_FLIP_RESAMPLES:,} seeded random sign patterns)"
 
 YES = "yes"
 CONTRADICTED = "contradicted"
@@ -135,7 +138,7 @@ def sign_flip_p(
     d,
     alternative: str = "two-sided",
     *,
-    n_resamples: int = 100_000,
+    n_resamples: int = SIGN_FLIP_RESAMPLES,
     seed: int = 0,
     max_exact: int = MAX_EXACT,
 ) -> float:
@@ -213,7 +216,7 @@ def sign_flip_p_rows(
     d,
     alternative: str = "two-sided",
     *,
-    n_resamples: int = 100_000,
+    n_resamples: int = SIGN_FLIP_RESAMPLES,
     seed: int = 0,
     max_exact: int = MAX_EXACT,
 ) -> np.ndarray:
