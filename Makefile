@@ -4,17 +4,32 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast lint bench gpu-check report clean
+.PHONY: help install demo test test-fast test-latest lock lint bench gpu-check report clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml constraints.txt
+EXTRAS := dev,lm,garg,hf,kernels
+
+$(STAMP): pyproject.toml constraints.txt lock.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt $$($(PYTHON) scripts/torch_index.py) -e '.[dev,lm,garg,hf,kernels]'
+	$(PY) -m pip install --quiet -c constraints.txt -c lock.txt $$($(PYTHON) scripts/torch_index.py) -e '.[$(EXTRAS)]'
+	$(PY) scripts/lock.py check
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv: the package with dev tools and the lm, garg, hf and kernels extras (constraints.txt); torch's CPU build where no NVIDIA driver is found (scripts/torch_index.py)
+install: $(STAMP)  ## create .venv at exactly lock.txt's versions: the package with the dev, lm, garg, hf and kernels extras; torch's CPU build where no NVIDIA driver is found (scripts/torch_index.py)
+
+lock:  ## regenerate lock.txt (uv's universal resolution of pyproject.toml + constraints.txt, every supported Python)
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet -c constraints.txt uv
+	$(PYTHON) scripts/lock.py compile --uv .venv-lock/bin/uv
+
+test-latest:  ## the suite in .venv-latest with the newest versions pyproject.toml allows (not the lock): drift seen before it bites
+	rm -rf .venv-latest
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install --quiet --upgrade -c constraints.txt $$($(PYTHON) scripts/torch_index.py) -e '.[$(EXTRAS)]'
+	.venv-latest/bin/python scripts/lock.py diff
+	.venv-latest/bin/python -m pytest -q -n auto --dist worksteal -p no:randomly
 
 demo: $(STAMP)  ## train the default small model on CPU (a few minutes) and write its heat map
 	$(PY) train.py device=cpu
@@ -39,5 +54,5 @@ gpu-check: $(STAMP)  ## on a CUDA machine: CUDA tests, bench --device cuda, a sh
 report: $(STAMP)  ## the scorer report: saturation table, base functions, cost (outputs/scorer_report/)
 	$(PY) scripts/scorer_report.py
 
-clean:  ## remove the virtual environment and caches (keeps outputs/)
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+clean:  ## remove the virtual environments and caches (keeps outputs/)
+	rm -rf $(VENV) .venv-latest .venv-lock .pytest_cache .ruff_cache *.egg-info

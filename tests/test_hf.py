@@ -34,6 +34,7 @@ from ssa_repro.hf.attach import attention_modules, scorer_config  # noqa: E402
 from ssa_repro.hf.attention import SCORER_ATTR  # noqa: E402
 from ssa_repro.models.attention import SelfAttention  # noqa: E402
 from ssa_repro.scorers import SCORERS  # noqa: E402
+from tests.lockdrift import moved  # noqa: E402
 
 VOCAB, C, HEADS = 40, 32, 4
 
@@ -199,7 +200,7 @@ def literal_ssa(
     position_bias=None, **kwargs,
 ):  # fmt: skip
     """SSA's definition in float64, as an attention function: x = scaling·q·kᵀ, soft-capped c·tanh(x/c),
-    plus T5's bias; w_ij ∝ (1 + b|x_ij|)^(sgn(x_ij)·n) over the visible keys and, with sinks, one more
+    plus T5's bias or a float mask's finite part (ALiBi: Falcon); w_ij ∝ (1 + b|x_ij|)^(sgn(x_ij)·n) over the visible keys and, with sinks, one more
     term (1 + b|s_h|)^(sgn(s_h)·n) with value 0 (docs: the sink is a key with logit s_h)."""
     s = getattr(module, SCORER_ATTR)
     q, k, v = (z.double() for z in (query, key, value))
@@ -210,6 +211,10 @@ def literal_ssa(
         x = softcap * torch.tanh(x / softcap)
     if position_bias is not None:
         x = x + position_bias.double()
+    if attention_mask.dtype != torch.bool:  # additive: ALiBi's bias, the dtype's minimum where hidden
+        hidden_ = attention_mask <= torch.finfo(attention_mask.dtype).min / 2
+        x = x + attention_mask.double().masked_fill(hidden_, 0.0)
+        attention_mask = ~hidden_
     b, n = s.b.double().view(-1, 1, 1), s.n.double().view(-1, 1, 1)
     power = lambda z: (1 + b * z.abs()) ** (torch.sign(z) * n)  # noqa: E731
     w = power(x) * attention_mask  # bool [B, 1, T, S]
@@ -366,13 +371,6 @@ def test_a_scorer_acting_on_the_output_is_refused():
 # The architecture sweep: tiny random models of the architectures transformers ships
 # (ssa_repro/hf/architectures.py). Each is exact with softmax or refused, naming why.
 
-REFUSED = {  # architecture -> what the refusal must name
-    "BLOOM": "BloomAttention computes its own attention",
-    "Falcon (ALiBi)": "FalconAttention computes its own attention",
-}
-ATTACHED = [a for a in A.ARCHITECTURES if a.name not in REFUSED]
-DECODERS = [a for a in ATTACHED if a.kind == "decoder"]
-
 
 def arch_batch(arch):
     """Model inputs [2, 8] with row 1 right-padded after 5 tokens, and the real positions [2, 8]."""
@@ -391,19 +389,51 @@ def logits(model, kw):
         return model(**kw).logits
 
 
+def calls_the_interface(arch) -> bool:
+    """Whether the installed transformers' model of ``arch`` sends its attention through the attention
+    interface: a counting function registered there and selected, one forward, counted. The oracle the
+    sweep's expectations come from, independent of ``attach``'s own detection (a release that moves an
+    architecture onto the interface, as 5.25 did for Falcon, moves it from refused to attached here)."""
+    calls = []
+
+    def counting(module, q, k, v, mask, **kw):
+        calls.append(type(module).__name__)
+        return q.transpose(1, 2).new_zeros(q.shape[0], q.shape[2], q.shape[1], v.shape[-1]), None
+
+    AttentionInterface.register("ssa_count_test", counting)
+    transformers.masking_utils.AttentionMaskInterface.register(
+        "ssa_count_test", transformers.masking_utils.eager_mask
+    )
+    model = A.build(arch)
+    try:
+        model.set_attn_implementation("ssa_count_test")
+    except (ValueError, KeyError, AttributeError):  # the model takes no attention implementation at all
+        return False
+    logits(model, arch_batch(arch)[0])
+    return bool(calls)
+
+
+INTERFACE = {a.name: calls_the_interface(a) for a in A.ARCHITECTURES}
+ATTACHED = [a for a in A.ARCHITECTURES if INTERFACE[a.name]]
+REFUSED = [a for a in A.ARCHITECTURES if not INTERFACE[a.name]]
+DECODERS = [a for a in ATTACHED if a.kind == "decoder"]
+# what transformers 5.24 refused and 5.25 attaches (Falcon); the literal-formula test takes it when attached
+ALIBI = [a for a in ATTACHED if "ALiBi" in a.name]
+
+
 def test_the_sweep_covers_a_dozen_architectures():
     assert len(A.ARCHITECTURES) >= 12 and len(ATTACHED) >= 12
-    assert set(REFUSED) <= {a.name for a in A.ARCHITECTURES}
 
 
 @pytest.mark.parametrize("arch", A.ARCHITECTURES, ids=lambda a: a.name)
 def test_softmax_is_exact_or_refused(arch):
     """attach(softmax) reproduces the model's own eager attention on every real position (padding
-    included), or refuses before changing the model, naming why."""
+    included) where the installed transformers sends the model's attention through the interface
+    (``calls_the_interface``), and refuses before changing the model, naming why, where it does not."""
     model = A.build(arch)
-    if arch.name in REFUSED:
+    if not INTERFACE[arch.name]:
         before = model.config._attn_implementation
-        with pytest.raises(H.AttachError, match=REFUSED[arch.name]):
+        with pytest.raises(H.AttachError, match="computes its own attention"):
             H.attach(model, scorer="softmax")
         assert model.config._attn_implementation == before
         assert not any(hasattr(m, SCORER_ATTR) for m in model.modules())
@@ -459,10 +489,11 @@ def test_each_feature_changes_the_output(name, feature):
     assert (logits(model, kw)[real] - ref[real]).abs().max() > 1e-2
 
 
-@pytest.mark.parametrize("name", ["Gemma2", "GPT-OSS", "T5", "Mistral"])
+@pytest.mark.parametrize("name", ["Gemma2", "GPT-OSS", "T5", "Mistral", *[a.name for a in ALIBI]])
 def test_ssa_with_the_models_features_equals_the_literal_formula(name):
     """SSA after soft-capping (Gemma2, with its query_pre_attn_scalar scaling and windows), with sinks
-    (GPT-OSS), with T5's bias and Mistral's window, against the power form in float64."""
+    (GPT-OSS), with T5's bias, Mistral's window and ALiBi's additive bias (Falcon, where the installed
+    transformers sends it through the interface), against the power form in float64."""
     arch = next(a for a in A.ARCHITECTURES if a.name == name)
     model = H.attach(A.build(arch), scorer="ssa")
     perturb(model)
@@ -740,7 +771,10 @@ def test_a_five_step_trainer_run_trains_b_and_n(tmp_path):
 def test_the_docs_table_is_the_generated_one():
     """docs/huggingface.md holds exactly ``python -m ssa_repro.hf.architectures``'s table."""
     page = (Path(__file__).resolve().parents[1] / "docs" / "huggingface.md").read_text()
-    assert A.table() in page
+    assert A.table() in page, (
+        f"docs/huggingface.md's table is not what transformers {transformers.__version__} does "
+        f"(regenerate it: python -m ssa_repro.hf.architectures); {moved(['transformers', 'torch'])}"
+    )
 
 
 # ----------------------------------------------------------------------------- the fused SSA kernel

@@ -248,8 +248,10 @@ def problems(entries, file: str, claim_keys=None, designs=()) -> list[str]:
                 for k in ("cell", "of")
                 if k not in e
             ]
-            if e.get("of") not in (None, "A", "B"):
-                out.append(f"{at}.of={e['of']!r} is not allowed; allowed: A or B (a main effect)")
+            if e.get("of") not in (None, "A", "B", "AxB"):
+                out.append(
+                    f"{at}.of={e['of']!r} is not allowed; allowed: A or B (a main effect), AxB (the interaction)"
+                )
             if designs and e["factorial"] not in designs:
                 out.append(
                     f"{at}.factorial={e['factorial']!r} names no design; allowed: {', '.join(designs)}"
