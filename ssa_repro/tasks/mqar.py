@@ -85,3 +85,11 @@ class MQAR(TokenTask):
         tokens = torch.cat([pairs, queries], dim=1)  # [B, 3n]
         pred_idx = torch.arange(2 * n, 3 * n, device=keys.device)
         return self.batch(tokens, ys + self.cfg.n_keys, pred_idx, prompts)
+
+    def recall_positions(self, batch):
+        """Where each query's pair is (eval=recall): the query rows [P] (2n .. 3n−1) and, per prompt,
+        the key and value positions of each query's pair [B, P, 2] (pair i sits at 2i, 2i + 1)."""
+        order = batch.params["order"]  # [B, n]: query j asks for pair order[:, j]
+        n = order.shape[1]
+        key_pos = 2 * order
+        return torch.arange(2 * n, 3 * n), torch.stack([key_pos, key_pos + 1], dim=-1)
