@@ -8,6 +8,7 @@ packages that moved. The logic is scripts/lock.py's (loaded from its file: scrip
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 
@@ -17,3 +18,13 @@ _spec = importlib.util.spec_from_file_location(
 lock = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lock)
 moved = lock.moved
+
+
+@contextlib.contextmanager
+def says_what_moved(*packages: str):
+    """Re-raise an AssertionError inside with :func:`moved` (of ``packages``, else every package)
+    appended: a published number that changed says whether a package moved or the project's code."""
+    try:
+        yield
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{moved(list(packages))}") from e

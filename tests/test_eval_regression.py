@@ -24,6 +24,7 @@ from ssa_repro.evaluation.grid import GridConfig, GridEvaluation
 from ssa_repro.models import build_model
 from ssa_repro.tasks import build_task
 from tests.conftest import ROOT, NoProgress, evaluation_run, make_cfg
+from tests.lockdrift import says_what_moved
 
 FIXTURE = pd.read_csv(ROOT / "tests" / "data" / "regression_05dc147.csv")
 CPU = torch.device("cpu")
@@ -55,6 +56,11 @@ def grid(cfg, model, task, **kw) -> pd.DataFrame:
 
 
 def compare(new: pd.DataFrame, old: pd.DataFrame, keys: list[str], rtol: float = 1e-5) -> None:
+    with says_what_moved("torch", "numpy", "scipy", "statsmodels", "pandas"):
+        _compare(new, old, keys, rtol)
+
+
+def _compare(new: pd.DataFrame, old: pd.DataFrame, keys: list[str], rtol: float) -> None:
     a = new.sort_values(keys).reset_index(drop=True)
     b = old.sort_values(keys).reset_index(drop=True)
     assert len(a) == len(b) and len(a) > 0
@@ -144,4 +150,5 @@ def test_boundary_prompts_and_predictions_as_before():
     old = FIXTURE[(FIXTURE.case == "linear") & (FIXTURE["eval"] == "boundary_predictions")]
     for metric in ("y_true", "pred_model", "pred_least_squares"):
         want = old[old.metric == metric]["value"].to_numpy(float)
-        np.testing.assert_allclose(new[metric].to_numpy(float), want, rtol=1e-5, atol=1e-5)
+        with says_what_moved("torch", "numpy", "scipy"):
+            np.testing.assert_allclose(new[metric].to_numpy(float), want, rtol=1e-5, atol=1e-5)

@@ -66,3 +66,14 @@ def test_the_lock_starts_at_the_lowest_supported_python():
     assert lock.lowest_python() == "3.10"
     text = lock.LOCK.read_text()
     assert "python_full_version < '3.11'" in text  # resolved for 3.10 too, not only this interpreter
+
+
+def test_a_failing_published_number_says_which_package_moved(monkeypatch):
+    from tests.lockdrift import says_what_moved
+
+    monkeypatch.setattr(lock, "drift", lambda path=lock.LOCK: [("torch", "2.13.0", "2.14.1")])
+    with pytest.raises(
+        AssertionError, match=r"(?s)value 1 != 2\n.*torch 2.13.0 \(lock\) -> 2.14.1 \(installed\)"
+    ):
+        with says_what_moved("torch"):
+            assert 1 == 2, "value 1 != 2"
