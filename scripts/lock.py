@@ -83,12 +83,36 @@ def installed_versions() -> dict[str, str]:
     return {canonical(d.metadata["Name"]): d.version for d in md.distributions() if d.metadata["Name"]}
 
 
+def brought_by(root: str = "torch") -> set[str]:
+    """Canonical names of the installed distributions ``root`` requires, transitively (its build's own
+    dependencies: a CUDA build from another index, ``SSA_TORCH_INDEX``, brings nvidia-* packages the
+    lock, resolved against PyPI's build, does not name)."""
+    from packaging.requirements import Requirement
+
+    seen, todo = set(), [root]
+    while todo:
+        try:
+            reqs = md.requires(todo.pop()) or []
+        except md.PackageNotFoundError:
+            continue
+        for r in reqs:
+            req = Requirement(r)
+            name = canonical(req.name)
+            if name not in seen and (req.marker is None or req.marker.evaluate({"extra": ""})):
+                seen.add(name)
+                todo.append(req.name)
+    return seen
+
+
 def drift(path: Path = LOCK) -> list[tuple[str, str | None, str]]:
-    """[(package, locked version or None if the lock lacks it, installed version)] that disagree."""
+    """[(package, locked version or None if the lock lacks it, installed version)] that disagree. A
+    package the lock lacks that torch's build brings (:func:`brought_by`) is torch's choice, not drift."""
     locked = locked_versions(path)
+    installed = installed_versions()
+    torch_deps = brought_by("torch") if "torch" in installed else set()
     rows = []
-    for name, version in sorted(installed_versions().items()):
-        if name in NOT_LOCKED:
+    for name, version in sorted(installed.items()):
+        if name in NOT_LOCKED or (name not in locked and name in torch_deps):
             continue
         want = locked.get(name)
         if want is None or public(version) != public(want):

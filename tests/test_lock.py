@@ -41,6 +41,7 @@ def test_drift_names_each_package_that_moved(tmp_path, monkeypatch):
         lock,
         "installed_versions",
         lambda: {
+            "nvidia-cublas-cu12": "12.8",  # another CUDA build's own dependency: torch's choice
             "torch": "2.13.0+cpu",
             "transformers": "5.25.0",
             "numpy": "2.4.6",
@@ -48,6 +49,7 @@ def test_drift_names_each_package_that_moved(tmp_path, monkeypatch):
             "pip": "26",
         },
     )
+    monkeypatch.setattr(lock, "brought_by", lambda root="torch": {"nvidia-cublas-cu12"})
     rows = lock.drift(p)
     # torch's local label (+cpu) is the build, not the version; pip is never locked
     assert rows == [("newpkg", None, "1.0"), ("transformers", "5.24.0", "5.25.0")]
