@@ -128,17 +128,17 @@ def test_eager_fallback_reraises_the_models_own_errors():
 
 def test_tiny_runs_do_not_compile(tmp_path, monkeypatch):
     """The tests' runs (debug=tiny, 6 steps) stay eager under the default auto, SSA included."""
-    from ssa_repro.training.trainer import train
+    from ssa_repro.training.trainer import build
 
     monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled a tiny run"))
     cfg = make_cfg("scorer=ssa", "evaluation.enabled=false")
     assert cfg.train.compile == "auto"
-    assert train(cfg, tmp_path / "r")["compiled"] is False
+    assert not build(cfg, tmp_path / "r").compiled
 
 
 def test_auto_compiles_a_long_ssa_run_in_the_trainer(tmp_path, monkeypatch):
-    """auto reaches torch.compile from the trainer for a long CPU SSA run (a spy that returns the model
-    uncompiled; the run is cut short by train.steps' decision being made from train.steps alone)."""
+    """auto reaches torch.compile from the trainer for a long CPU SSA run, and not for a wide one (a spy
+    that returns the model uncompiled; only the start is built, no step is trained)."""
     from ssa_repro.training.trainer import build
 
     calls = []
@@ -150,6 +150,7 @@ def test_auto_compiles_a_long_ssa_run_in_the_trainer(tmp_path, monkeypatch):
     assert not build(cfg, tmp_path / "wide").compiled and len(calls) == 1
 
 
+@pytest.mark.slow
 def test_a_failing_compile_trains_eagerly_with_the_same_numbers(tmp_path, monkeypatch, caplog):
     """dynamo traces the model and its backend raises (as inductor does with a broken compiler: measured
     at 50 s on this machine, too long for the suite, so the backend here fails at once):
