@@ -18,7 +18,7 @@ CUDA_STEPS = AUTO_MIN_STEPS["cuda"]
 
 def test_thresholds_are_the_documented_ones():
     """The figures docs/performance.md derives from its break-evens (changing one is a decision)."""
-    assert AUTO_MIN_STEPS == {"cpu": 1000, "cuda": 10_000}
+    assert AUTO_MIN_STEPS == {"cpu": 2000, "cuda": 10_000}
     assert AUTO_MAX_WIDTH_CPU == 128
 
 
@@ -53,7 +53,7 @@ def test_decision(setting, device, scorer, steps, width, expected):
 
 def test_decision_names_its_reason():
     cpu = dict(device_type="cpu", scorer="ssa", width=64)
-    assert "train.steps=999 < 1000" in decide("auto", steps=999, **cpu).reason
+    assert "train.steps=1999 < 2000" in decide("auto", steps=1999, **cpu).reason
     assert "softmax" in decide("auto", device_type="cpu", scorer="softmax", steps=10**6, width=64).reason
     assert (
         "model.n_embd=256 > 128"

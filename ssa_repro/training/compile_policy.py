@@ -40,11 +40,13 @@ from ssa_repro.scorers import SCORERS
 log = logging.getLogger("ssa_repro.train")
 
 SETTINGS = ("auto", "true", "false", "reduce-overhead")
-# train.steps from which auto compiles, per device type: about 3x the measured break-even (the compile's
-# first-step cost / the per-step saving). CPU, default size: SSA breaks even after 164-706 steps
-# (13-23 s of compile for 33-77 ms a step); CUDA, the paper's ICL size on an H200: about 3,000 steps
-# (24 s for 8 ms a step). docs/performance.md, "When train.compile=auto compiles".
-AUTO_MIN_STEPS = {"cpu": 1000, "cuda": 10_000}
+# train.steps from which auto compiles, per device type, from the measured break-evens (the compile's
+# first-step cost / the per-step saving). CPU, default size: SSA breaks even after 164, 493 and 706 steps
+# in three runs (13-23 s of compile for 33-77 ms a step), and dynamo compiles twice (again, with dynamic
+# shapes, at the curriculum's second prompt length): 2,000 is 1.4x the worst of those doubled and 3x the
+# median; the default run (4,000 steps) compiles. CUDA, the paper's ICL size on an H200: about 3,000
+# steps (24 s for 8 ms a step); 10,000 is 3x that. docs/performance.md, "When train.compile=auto compiles".
+AUTO_MIN_STEPS = {"cpu": 2000, "cuda": 10_000}
 # On a CPU the saving is SSA's elementwise passes over the [B, H, T, S] scores, whose share of the step
 # falls with the width (H·T / n_embd² per layer): measured at the default width 64, none at the paper's
 # 256 (docs/performance.md).
