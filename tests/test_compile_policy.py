@@ -145,7 +145,7 @@ def test_auto_compiles_a_long_ssa_run_in_the_trainer(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw) or fn)
     cfg = make_cfg("scorer=ssa", "evaluation.enabled=false", f"train.steps={CPU_STEPS}")
     s = build(cfg, tmp_path / "r")
-    assert calls == [{"mode": None, "dynamic": True}] and s.compiled
+    assert calls == [{"mode": None}] and s.compiled
     cfg = make_cfg("scorer=ssa", "evaluation.enabled=false", f"train.steps={CPU_STEPS}", "model.n_embd=256")
     assert not build(cfg, tmp_path / "wide").compiled and len(calls) == 1
 
@@ -163,9 +163,7 @@ def test_a_failing_compile_trains_eagerly_with_the_same_numbers(tmp_path, monkey
         raise RuntimeError("no working C++ compiler")
 
     real = torch.compile
-    monkeypatch.setattr(
-        torch, "compile", lambda fn, mode=None, dynamic=None: real(fn, backend=failing_backend)
-    )
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None: real(fn, backend=failing_backend))
     base = ("scorer=ssa", "evaluation.enabled=false", "curriculum.start=4", "curriculum.end=4")
     train(make_cfg(*base, "train.compile=false"), tmp_path / "eager")
     with caplog.at_level(logging.WARNING, logger="ssa_repro.train"):

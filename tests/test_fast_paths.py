@@ -334,7 +334,7 @@ def test_train_compile_passes_its_mode_to_torch_compile(setting, mode, tmp_path,
     calls = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw) or fn)
     train(make_cfg("train.steps=1", "evaluation.enabled=false", f"train.compile={setting}"), tmp_path / "r")
-    assert calls == [{"mode": mode, "dynamic": True}]
+    assert calls == [{"mode": mode}]
 
 
 def test_evaluation_in_one_pass_equals_batch_by_batch():

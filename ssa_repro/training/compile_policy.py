@@ -162,12 +162,7 @@ def compile_forward(forward, decision: CompileDecision, setting):
     log.info(decision.reason)
     if not decision.compile:
         return forward
-    # dynamic=True: one graph with the prompt length as a symbol from the first step. Without it dynamo
-    # compiles a static graph at the first length and recompiles with dynamic shapes at the second (two
-    # compiles), and a run resumed past the first length would start from the dynamic graph, not the
-    # static one its uninterrupted twin trained the first steps with
-    compiled = torch.compile(forward, mode=decision.mode, dynamic=True)
-    return EagerFallback(compiled, forward, str(setting).lower())
+    return EagerFallback(torch.compile(forward, mode=decision.mode), forward, str(setting).lower())
 
 
 __all__ = [
