@@ -16,9 +16,10 @@ compiled forward that trains eagerly when the compile fails.
 
 A compile that pays back after k steps is worth it when the run has train.steps >= margin · k; the
 thresholds are the measured break-evens k (scripts/bench.py --compile; docs/performance.md, section
-"When train.compile=auto compiles") times a margin of about 3, for the dynamo recompile at the
+"When train.compile=auto compiles") times a margin (see AUTO_MIN_STEPS) for the dynamo recompile at the
 curriculum's second prompt length and for machines slower to compile. ``steps`` is train.steps, not the
-steps left: a resumed run decides as the uninterrupted one did, so their numbers stay equal.
+steps left: a resumed run decides as the uninterrupted one did (the machine's load is left out of the rule
+for the same reason).
 
 Whatever decides to compile, a machine without a compiler trains eagerly, and a compile that fails on
 a call (inductor or dynamo raising) makes :class:`EagerFallback` train eagerly from that call on; each
@@ -48,8 +49,9 @@ SETTINGS = ("auto", "true", "false", "reduce-overhead")
 # steps (24 s for 8 ms a step); 10,000 is 3x that. docs/performance.md, "When train.compile=auto compiles".
 AUTO_MIN_STEPS = {"cpu": 2000, "cuda": 10_000}
 # On a CPU the saving is SSA's elementwise passes over the [B, H, T, S] scores, whose share of the step
-# falls with the width (H·T / n_embd² per layer): measured at the default width 64, none at the paper's
-# 256 (docs/performance.md).
+# falls with the width (H·T / n_embd² per layer): compiling gains at the default width 64, while at the
+# paper's 256 SSA's eager step already costs what softmax's does (0.98-1.03x: nothing to gain); widths in
+# between are not measured (docs/performance.md).
 AUTO_MAX_WIDTH_CPU = 128
 
 
