@@ -108,8 +108,10 @@ from ssa_repro.scorers.base import masked_softmax  # noqa: E402
 from ssa_repro.scorers.ssa import ssa_transform  # noqa: E402
 from ssa_repro.tasks import build_task  # noqa: E402
 from ssa_repro.tasks.linear import LinearTaskConfig  # noqa: E402
+from ssa_repro.training import compile_policy  # noqa: E402
 
 PAPER_STEPS = 500_000
+DEFAULT_STEPS = 4_000  # train.steps' default: what --compile's auto line decides for
 
 
 def sync(device):
@@ -313,12 +315,31 @@ def train_table(size, args, device, peak) -> None:
             f"steady {comp * 1e3:.1f} vs {eager * 1e3:.1f} ms: "
             + (f"break-even after {overhead / gain:,.0f} steps" if gain > 0 else "never breaks even")
         )
+    if args.compile:
+        auto_line(size, args, device, med)
     if device.type == "cuda" and size == "paper":
         for (impl, s), m in med.items():
             print(
                 f"  {impl + ' ' + s:<22} {1 / m:8.1f} steps/s; the paper's {PAPER_STEPS:,} steps: "
                 f"{PAPER_STEPS * m / 3600:.2f} h"
             )
+
+
+def auto_line(size, args, device, med) -> None:
+    """What train.compile=auto trains each scorer with at this size in a run of train.steps' default
+    (ssa_repro/training/compile_policy.py), and its step against the first scorer's under auto."""
+    chosen = {}  # scorer -> (compiled, median step)
+    for s in args.scorers:
+        d = compile_policy.decide(
+            "auto", device_type=device.type, scorer=s, steps=DEFAULT_STEPS, width=SIZES[size]["n_embd"]
+        )
+        chosen[s] = d.compile, med[("ours-compile" if d.compile else "ours", s)]
+    base = chosen[args.scorers[0]][1]
+    print(
+        f"  train.compile=auto, {DEFAULT_STEPS:,} steps: "
+        + ", ".join(f"{s} {'compiled' if c else 'eager'} {m / base:.2f}" for s, (c, m) in chosen.items())
+        + f" (vs {args.scorers[0]} under auto)"
+    )
 
 
 KERNEL_LENGTHS = (82, 256, 1024)  # tokens: the paper's longest ICL prompt, and LM-like lengths

@@ -537,21 +537,3 @@ def test_fused_inference_survives_a_missing_compiler(monkeypatch, caplog):
             assert flex.fused_inference(s, q, k, v, causal=True) is None
     warned = [r.getMessage() for r in caplog.records if r.name == "ssa_repro.evaluate"]
     assert len(warned) == 1 and "compiler" in warned[0]
-
-
-@pytest.mark.parametrize(
-    ("setting", "steps", "scorer", "expected"),
-    [
-        ("auto", 4000, "ssa", True),  # long enough to pay for the compile (docs/performance.md)
-        ("auto", 999, "ssa", False),  # too short: the compile would cost more than it saves
-        ("auto", 4000, "softmax", False),  # SDPA already: compiling never paid
-        ("true", 10, "softmax", True),  # asked for
-        ("reduce-overhead", 10, "softmax", True),  # asked for, with CUDA graphs
-        ("false", 10**6, "ssa", False),  # the eager path, one key away
-    ],
-)
-def test_compile_auto_decides_by_steps_and_scorer(setting, steps, scorer, expected):
-    from ssa_repro.training.trainer import COMPILE_AUTO_MIN_STEPS, should_compile
-
-    assert COMPILE_AUTO_MIN_STEPS == 1000
-    assert should_compile(setting, steps, scorer) is expected

@@ -16,7 +16,8 @@ from ssa_repro.models import build_model
 from ssa_repro.scorers import SCORERS
 from ssa_repro.scorers.base import Scorer, ScorerConfig
 from ssa_repro.training import memory
-from ssa_repro.training.trainer import should_compile, train
+from ssa_repro.training.compile_policy import decide
+from ssa_repro.training.trainer import train
 from tests.conftest import forget_component, make_cfg
 
 
@@ -78,6 +79,10 @@ def test_the_new_scorer_builds_matches_its_formula_and_trains(tmp_path):
     b, h, t = cfg.train.batch_size, cfg.model.n_head, est["tokens"]
     assert est["attention_bytes"] == cfg.model.n_layer * 2 * b * h * t * t * 4
     assert soft["attention_bytes"] == 0
-    assert not should_compile("auto", 10**6, "power_toy") and should_compile("auto", 10**6, "ssa")
+    auto = dict(device_type="cpu", steps=10**6, width=64)
+    assert (
+        not decide("auto", scorer="power_toy", **auto).compile
+        and decide("auto", scorer="ssa", **auto).compile
+    )
     summary = train(cfg, tmp_path / "run")
     assert summary["steps"] == cfg.train.steps and torch.isfinite(torch.tensor(summary["final_loss"]))

@@ -110,9 +110,11 @@ class TrainConfig:
     min_lr_ratio: float = 0.1  # cosine: final lr = lr * min_lr_ratio
     grad_clip: float = 0.0  # max global gradient norm (0: off)
     grad_accum: int = 1  # micro-batches of batch_size per optimizer step
-    # auto | true | false | reduce-overhead: torch.compile the model (auto: >= 1000 steps, scorer gains);
-    # reduce-overhead: compiled with CUDA graphs (forward and backward replayed as one launch each, for
-    # small launch-bound models on a GPU; on a CPU the same as true)
+    # auto | true | false | reduce-overhead: torch.compile the model's forward. auto: where it pays, from
+    # the device, scorer, train.steps, model width and a C compiler (ssa_repro/training/compile_policy.py;
+    # docs/performance.md); reduce-overhead: with CUDA graphs (forward and backward replayed as one launch
+    # each, for small launch-bound models on a GPU; on a CPU the same as true). No compiler, or a compile
+    # that fails: eager, with one line saying why
     compile: str = "auto"
     precision: Precision = Precision.fp32
 

@@ -113,7 +113,7 @@ class SSAWeights(torch.autograd.Function):
 # Inference blocks (blocked_inference): 64 query rows at a time, and as many (batch, head) pairs as keep one
 # block's [.., 64, S] logits within 2^20 float32 (4 MiB: with its second buffer, inside a core's share of
 # the L3 cache). Measured on the 2-core CPU against blocks of 128 and 256 rows and of 1 to 64 MiB
-# (docs/performance.md).
+# (docs/performance_log.md).
 BLOCK_ROWS = 64
 BLOCK_ELEMENTS = 2**20
 # False: CPU inference goes through the training node as before (scripts/bench.py's "node" rows compare)
@@ -138,7 +138,7 @@ def blocked_inference(q, k, v, b, n, mask, causal: bool) -> torch.Tensor:
     each run whole blocks on one thread, taking the next block as they finish. A block is 8 small
     operations, and inside-operation threading would make each of them a barrier of all threads, which
     is slow whenever the machine is shared (measured: 4.3x slower than the blocks run this way, under
-    load, 2 cores; docs/performance.md).
+    load, 2 cores; docs/performance_log.md).
     """
     dtype = v.dtype
     q, k, v = (at_least_float32(z) for z in (q, k, v))
@@ -174,7 +174,7 @@ def blocked_inference(q, k, v, b, n, mask, causal: bool) -> torch.Tensor:
             elif hidden is not None:
                 tx.add_(hidden[b0:b1, :, q0:q1])
             # into x's buffer (x is no longer needed): ATen's softmax in place, out=tx, took twice as
-            # long on rows of 40-100 keys (docs/performance.md)
+            # long on rows of 40-100 keys (docs/performance_log.md)
             w = torch.softmax(tx, dim=-1, out=x)
             torch.matmul(w, v[b0:b1, :, :keys], out=out[b0:b1, :, q0:q1])
 

@@ -41,9 +41,8 @@ from ssa_repro.core import atomic, provenance, tracking
 from ssa_repro.core.enums import value_of
 from ssa_repro.core.rundir import RunDir, plain, resolve_device
 from ssa_repro.models import build_model, count_parameters
-from ssa_repro.scorers import SCORERS
 from ssa_repro.tasks import Stage, build_task, curriculum
-from ssa_repro.training import distributed, run_state
+from ssa_repro.training import compile_policy, distributed, run_state
 from ssa_repro.training.checkpointer import Checkpointer, LossWindow, TrainingDiverged
 from ssa_repro.training.metrics_log import MetricsLog
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
@@ -51,28 +50,7 @@ from ssa_repro.training.setup import micro_batch_index, rank_data_seed
 
 log = logging.getLogger("ssa_repro.train")
 
-# train.compile=auto compiles the model when the run has at least this many steps (train.steps, not the
-# steps left: a resumed run decides as the uninterrupted one did, so their numbers stay equal) and its
-# scorer gains from it. Measured on the 2-core CPU (docs/performance.md, scripts/bench.py --compile,
-# default size): SSA's compile costs about 13 s and saves 77 ms a step, so it pays after 164 steps (about
-# 330 with the recompile at the curriculum's second length); the threshold keeps a 3x margin.
-COMPILE_AUTO_MIN_STEPS = 1000
 DRAW_DEVICE = torch.device("cpu")  # where training prompts are drawn, whatever the model's device
-
-
-def should_compile(setting, steps: int, scorer: str) -> bool:
-    """train.compile: true | reduce-overhead | false | auto (steps >= COMPILE_AUTO_MIN_STEPS and the
-    scorer gains: ``Scorer.compile_gains``, false where its eager path is one fused kernel already)."""
-    value = str(setting).lower()
-    auto = value == "auto" and steps >= COMPILE_AUTO_MIN_STEPS and SCORERS.get(scorer).compile_gains
-    return value in ("true", "reduce-overhead") or auto
-
-
-def compile_mode(setting) -> str | None:
-    """``torch.compile``'s mode for train.compile: "reduce-overhead" (CUDA graphs: the compiled forward
-    and its backward each replayed as one graph launch, static shapes per curriculum length; inductor
-    skips the graphs on a CPU) or None (the default mode)."""
-    return "reduce-overhead" if str(setting).lower() == "reduce-overhead" else None
 
 
 def run_name(cfg) -> str:
@@ -243,9 +221,16 @@ def build(cfg: DictConfig, run_dir: Path) -> Setup:
         ddp = forward = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
-    compiled = should_compile(tr.compile, tr.steps, str(cfg.scorer.name))
-    if compiled:  # the forward only: state_dict keys, checkpoints and evaluation stay the same
-        forward = torch.compile(forward, mode=compile_mode(tr.compile))
+    # the forward only: state_dict keys, checkpoints and evaluation stay the same
+    decision = compile_policy.decide(
+        tr.compile,
+        device_type=device.type,
+        scorer=str(cfg.scorer.name),
+        steps=tr.steps,
+        width=cfg.model.n_embd,
+    )
+    forward = compile_policy.compile_forward(forward, decision, tr.compile)
+    compiled = decision.compile
     # autocast for forward + loss only; weights, gradients and optimizer state stay float32
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=value_of(tr.precision) == "bf16")
     return Setup(
@@ -384,7 +369,7 @@ def train(
                 s.model,
                 s.device,
                 s.dd.world,
-                s.compiled,
+                compile_policy.ran_compiled(s.forward),  # False after a failed compile's fallback
                 metrics,
                 step,
                 time.perf_counter() - t0,
@@ -458,4 +443,4 @@ def _preempted(guard, dd, step: int, device) -> bool:
     return bool(dd.mean(flag).item() > 0)
 
 
-__all__ = ["train", "TrainingDiverged", "should_compile", "compile_mode"]
+__all__ = ["train", "TrainingDiverged"]
