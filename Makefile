@@ -29,7 +29,7 @@ test-latest:  ## the suite in .venv-latest with the newest versions pyproject.to
 	$(PYTHON) -m venv .venv-latest
 	.venv-latest/bin/python -m pip install --quiet --upgrade -c constraints.txt $$($(PYTHON) scripts/torch_index.py) -e '.[$(EXTRAS)]'
 	.venv-latest/bin/python scripts/lock.py diff
-	.venv-latest/bin/python -m pytest -q -n auto --dist worksteal -p no:randomly
+	SSA_LATEST=1 .venv-latest/bin/python -m pytest -q -n auto --dist worksteal -p no:randomly
 
 demo: $(STAMP)  ## train the default small model on CPU (a few minutes) and write its heat map
 	$(PY) train.py device=cpu

@@ -105,7 +105,7 @@ def test_the_new_evaluator_runs_stores_and_compares(linear_run, tmp_path):
     run = load_run(linear_run, CPU)
     # where it applies is its own declaration: the token tasks are refused, naming what applies to them
     assert check(make_cfg("task=mqar"), cfg) == [
-        "eval=output_scale does not apply to task=mqar; this task supports: grid"
+        "eval=output_scale does not apply to task=mqar; this task supports: grid, recall"
     ]
     assert "output_scale" in applicable(TASKS.get("linear")) and not (
         set(applicable(TASKS.get("lm"))) - {"lm"}
