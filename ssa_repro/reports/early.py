@@ -29,7 +29,9 @@ import pandas as pd
 from ssa_repro import stats
 from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.reports import claims as claims_engine
-from ssa_repro.reports import paired, primary
+from ssa_repro.reports import decide as pipeline
+from ssa_repro.reports import paired
+from ssa_repro.reports.decide import Decided, without_endpoints
 from ssa_repro.reports.early_cells import CHANCE, MEAN_12, MEAN_ALL, export, main_group, per_seed, read_back
 from ssa_repro.reports.early_figures import (
     perplexity_figure,
@@ -47,10 +49,7 @@ from ssa_repro.reports.early_tables import (
 )
 from ssa_repro.reports.paired import Claim
 from ssa_repro.reports.study import (
-    Decided,
-    before_declaration,
     claims_markdown,
-    confirm,
     continued_inputs,
     figure_lines,
     finish,
@@ -58,13 +57,11 @@ from ssa_repro.reports.study import (
     primary_lines,
     provenance_lines,
     read_index,
-    replicate,
     run_inputs,
     save_inputs,
     section,
     trained_index,
     with_prior,
-    without_endpoints,
 )
 from ssa_repro.stats.intervals import wilson
 
@@ -196,45 +193,14 @@ def compute(
 
 def decide(paths: Mapping[str, Path], setup: Mapping | None = None) -> Decided:
     """Every decision the report prints, from the published per-seed CSVs and the study's file
-    (``setup``: its ``claims:``, ``primary:`` and ``confirmatory_seeds``), as ``reports/study.py``'s
-    :func:`~ssa_repro.reports.study.decide` makes them for the ICL report: the primary endpoints (on
-    claims' contrasts; this report has no 2 × 2 designs) leave their claim's Holm family for the family
-    ``primary`` (:func:`primary.decide`), or, with confirmatory seeds, are decided on those seeds alone
-    (:func:`~ssa_repro.reports.study.confirm`) and stay on every seed in their own families."""
-    setup = setup or {}
+    (``setup``: its ``claims:``, ``primary:``, ``confirmatory_seeds`` and ``replication``), by the one
+    pipeline every report uses (:func:`ssa_repro.reports.decide.decide`; this report has no 2 × 2
+    designs)."""
+    setup = dict(setup or {})
     frame = read_back(paths)
     found_claims = claims(frame, setup.get("claims"))
     ctx = context(frame) if len(frame) and setup.get("primary") else None
-    eps = primary.declared(setup.get("primary"), ctx) if ctx else {}
-    seeds = setup.get("confirmatory_seeds") if eps else None
-    moved = eps if seeds is None else {}  # with confirmatory seeds nothing leaves its family here
-    table = (
-        paired.claims_table(frame, found_claims, families=primary.claim_families(moved))
-        if found_claims
-        else pd.DataFrame()
-    )
-    extra = {}
-    if eps and seeds is None:
-        primaries = primary.decide(eps, table, pd.DataFrame(), frame, found_claims)
-    elif eps:
-        primaries, extra = confirm(eps, seeds, frame, found_claims, None, ctx)
-        extra["explored"] = primary.all_seeds(eps, table, pd.DataFrame(), frame, found_claims)
-        extra |= replicate(eps, setup.get("replication"), frame, found_claims, None, ctx)
-        extra["earlier"] = before_declaration(extra)
-    else:
-        primaries = pd.DataFrame()
-    if len(table):
-        per_claim = table.groupby("claim", sort=False).verdict.agg(lambda v: paired.claim_verdict(list(v)))
-        table["claim_verdict"] = table.claim.map(per_claim)
-    if not len(table):
-        exploratory = table
-    elif seeds is None:
-        exploratory = table[table.family != primary.FAMILY] if eps else table
-    else:
-        exploratory = without_endpoints(table, eps)
-    ssa = [c.key for c in found_claims if c.contrast_text.startswith("SSA")]  # called SSA rows: always shown
-    found = paired.findings(exploratory, n=5, keep=ssa) if len(table) else pd.DataFrame()
-    return Decided(frame, found_claims, table, found, pd.DataFrame(), eps, primaries, **extra)
+    return pipeline.decide(frame, setup, ctx=ctx, claims=found_claims)
 
 
 # ------------------------------------------------------------------ the report
@@ -424,7 +390,9 @@ def render(
         "**Decision rule** (docs/statistics.md): per contrast, b − a per seed (same seed: the same initial "
         "weights and batch order under every scorer; the same Zorro pairs, held-out utterances, streams and "
         "task items for every model), averaged over seeds; a 95% expanded percentile bootstrap interval over "
-        "seeds; the sign-flip p over seeds " + stats.SIGN_FLIP_P + ", Holm-adjusted once, across the claim's contrasts (its "
+        "seeds; the sign-flip p over seeds "
+        + stats.SIGN_FLIP_P
+        + ", Holm-adjusted once, across the claim's contrasts (its "
         "family, named beside it). *yes* / *contradicted*: the interval excludes 0 (on the claimed / other "
         "side) and p_Holm < 0.05, unless both intervals lie inside ±m: then *non-zero, within ±m* (never "
         "*contradicted*); *not "

@@ -246,6 +246,7 @@ def claims_table(
     *,
     n_boot: int = 4000,
     families: Mapping[tuple[str, str], str] | None = None,
+    outcomes: Mapping[str, stats.Outcome] | None = None,
 ) -> pd.DataFrame:
     """Every contrast of every claim (:func:`stats.contrast_table`, Holm within each claim's family: the
     claim itself unless claims name a shared ``family``; ``families`` {(claim, contrast): family} moves
@@ -256,7 +257,8 @@ def claims_table(
     ``effect_size``, ``per_seed``, ``mean_a``, ``mean_b``). The verdict is :func:`stats.verdict`'s with
     ``inside_margin``: a significant effect inside ±m is "non-zero, within ±m", never "contradicted";
     ``mean_a``/``mean_b`` are over the seeds the contrast pairs (both arms measured), the seeds its
-    estimate is the mean over."""
+    estimate is the mean over. ``outcomes``: the study's declared outcome kinds by metric
+    (``reports/decide.py``: a bimodal metric gets the robust rule in every row)."""
     p = pairs(frame, claims)
     if p.empty:
         return pd.DataFrame()
@@ -283,6 +285,7 @@ def claims_table(
         family=["family"],
         n_boot=n_boot,
         inside_margin=True,
+        outcome=dict(outcomes or {}),
     )
     parts = []
     if judged.any():

@@ -46,6 +46,7 @@ from ssa_repro import stats
 from ssa_repro.reports import claims as claims_engine
 from ssa_repro.reports import paired
 from ssa_repro.reports.tables import seed_ranges
+from ssa_repro.stats.decision import TESTS
 
 FAMILY = "primary"
 KEYS = (
@@ -59,7 +60,10 @@ KEYS = (
     "threshold",
     "discordance",
     "max_jump",
+    "kind",
+    "decide_by",
 )
+KINDS = ("continuous", "bimodal", "ratio")  # an endpoint's declared ``kind`` (stats.decision's)
 ALPHA = 0.05
 SIM_SEEDS = (6, 8, 10)  # the robust rule's simulated error rates where no endpoint has been decided yet
 NOTE = (
@@ -271,9 +275,61 @@ def problems(entries, file: str, claim_keys=None, designs=()) -> list[str]:
                 and all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in v)
             ):
                 out.append(f"{at}.discordance={v!r} is not allowed; allowed: [p10, p01], probabilities")
+        out += _kind_problems(e, at)
         if claim_keys is not None and by_claim and e["claim"] not in claim_keys:
             out.append(f"{at}.claim={e['claim']!r} names no claim; allowed: {', '.join(sorted(claim_keys))}")
     return out
+
+
+def _kind_problems(e: Mapping, at: str) -> list[str]:
+    """An endpoint's ``kind`` and ``decide_by`` against what it declares: bimodal needs a threshold
+    (and a threshold means bimodal); McNemar decides only a bimodal endpoint."""
+    out = []
+    kind = e.get("kind")
+    if kind is not None and kind not in KINDS:
+        out.append(f"{at}.kind={kind!r} is not allowed; allowed: {', '.join(KINDS)}")
+    if kind in ("continuous", "ratio") and "threshold" in e:
+        out.append(f"{at}.kind={kind!r} with a threshold; allowed: kind bimodal (a threshold declares it)")
+    if kind == "bimodal" and "threshold" not in e:
+        out.append(f"{at}.kind='bimodal' needs threshold (the error below which a seed generalises)")
+    by = e.get("decide_by")
+    if by is not None and by not in TESTS:
+        out.append(f"{at}.decide_by={by!r} is not allowed; allowed: {', '.join(TESTS)}")
+    if by == "mcnemar" and "threshold" not in e:
+        out.append(f"{at}.decide_by='mcnemar' needs threshold (McNemar decides a bimodal endpoint)")
+    return out
+
+
+def outcome(e: Mapping) -> stats.Outcome:
+    """An endpoint's declared outcome: bimodal with its threshold (and ``decide_by``) where it declares
+    one, else continuous (a ratio's log scale is its metric's)."""
+    if "threshold" not in e:
+        return stats.Outcome(e.get("kind", "continuous") if e.get("kind") == "ratio" else "continuous")
+    return stats.Outcome(
+        stats.BIMODAL,
+        threshold=float(e["threshold"]),
+        max_jump=float(e.get("max_jump", 1.0)),
+        decide_by=e.get("decide_by", "sign_flip"),
+    )
+
+
+def planned(e: Mapping) -> float:
+    """The one planned d_z of an endpoint: its ``effect``, or less where its ``discordance`` allows
+    less (:func:`stats.planned_dz`)."""
+    return stats.planned_dz(float(e["effect"]), e.get("discordance"))
+
+
+def endpoint_metric(e: Mapping, claims, factorials: Mapping | None = None) -> str | None:
+    """The metric an endpoint is measured on: its claim's contrast's, or its design's; None where the
+    claim or design is not there."""
+    if "claim" in e:
+        for c in claims:
+            if c.key == e["claim"]:
+                hit = [s.metric for s in c.specs if s.label == e["contrast"]]
+                return hit[0] if hit else (c.specs[0].metric if c.specs else None)
+        return None
+    design = (factorials or {}).get(e.get("factorial"))
+    return design.get("metric") if isinstance(design, Mapping) else None
 
 
 def effect_key(e: Mapping) -> tuple:
@@ -327,27 +383,30 @@ def decide(
     found = [(name, e, *hit) for name, e in eps.items() if (hit := _find(e, table, designs))]
     if not found:
         return pd.DataFrame()
-    # Holm over the k declared endpoints: one not found (not run, not learned) counts as p = 1, so the
-    # found ones are not adjusted over fewer tests than the k printed
-    ps = np.array([r["p_value"] for *_, r in found] + [1.0] * (k - len(found)))
-    p_holm = stats.holm(ps)[: len(found)]
+    binaries = [
+        binary_outcome(e, r, frame, claims) if where == "claim" else None for _, e, where, _, r in found
+    ]
+    tests = [stats.test_p(_contrast(r), outcome(e), b) for (_, e, *_, r), b in zip(found, binaries)]
+    # Holm over the k declared endpoints, each with the p of the test that decides it (McNemar's where
+    # declared): one not found (not run, not learned) counts as p = 1, so the found ones are not
+    # adjusted over fewer tests than the k printed
+    p_holm = stats.holm(np.array(tests + [1.0] * (k - len(found))))[: len(found)]
     rows = []
-    for (name, e, where, idx, r), ph in zip(found, p_holm):
+    for (name, e, where, idx, r), ph, binary in zip(found, p_holm, binaries):
         c = _contrast(r)
         sign = int(r["claimed_sign"])
-        binary = binary_outcome(e, r, frame, claims) if where == "claim" else None
-        if binary is not None:
-            v = stats.robust_verdict(
-                c,
-                margin=r["margin"],
-                claimed_sign=sign,
-                threshold=float(e["threshold"]),
-                max_jump=float(e.get("max_jump", 1.0)),
-                p_adjusted=ph,
-                inside_margin=True,
-            )
-        else:
-            v = stats.verdict(c, margin=r["margin"], claimed_sign=sign, p_adjusted=ph, inside_margin=True)
+        dec = stats.decide(
+            c,
+            outcome=outcome(e),
+            margin=r["margin"],
+            claimed_sign=sign,
+            p_holm=ph,
+            alpha=ALPHA,
+            effect=planned(e),
+            k=k,
+            binary=binary["mcnemar"] if binary else None,
+        )
+        v = dec.verdict
         target = table if where == "claim" else designs
         target.loc[idx, ["p_holm", "family", "family_k", "verdict"]] = [ph, family, k, v]
         d = np.asarray(r["per_seed"], dtype=float)
@@ -363,12 +422,13 @@ def decide(
                 "margin": r["margin"],
                 "n_seeds": n,
                 "ties": int(np.sum(d == 0)),
-                "p_value": r["p_value"],
+                "p_value": dec.p_value,
+                "test": dec.test,
                 "p_holm": ph,
                 "k": k,
                 "family": family,
-                "planned d_z": float(e["effect"]),
-                "power (planned d_z)": stats.power_for_endpoint(float(e["effect"]), n, k=k, alpha=ALPHA),
+                "planned d_z": planned(e),
+                "power (planned d_z)": dec.power,
                 "power (observed d_s, ties)": paired.observed_power(d, ALPHA / k),
                 "verdict": v,
                 "binary": binary,

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +38,7 @@ import pandas as pd
 
 from ssa_repro import stats
 from ssa_repro.core.atomic import write_text
+from ssa_repro.reports import decide as pipeline
 from ssa_repro.reports import (
     factorial,
     icl,
@@ -50,6 +50,13 @@ from ssa_repro.reports import (
     paired,
     primary,
     provenance,
+)
+from ssa_repro.reports.decide import (  # noqa: F401 (early.py and the tests read them here)
+    Decided,
+    before_declaration,
+    confirm,
+    replicate,
+    without_endpoints,
 )
 from ssa_repro.reports.tables import markdown_table, seed_ranges
 
@@ -74,139 +81,15 @@ CLAIM_COLUMNS = [
 ]
 
 
-@dataclass
-class Decided:
-    """What a report decides from its per-seed frame: the claims and their table, the findings, the
-    declared 2 × 2 designs' effects (``designs``), the primary endpoints (``eps``: as declared, filled;
-    ``primaries``: their results, :func:`primary.decide`). With the study's ``confirmatory_seeds``
-    (``confirmatory``, as declared): ``primaries`` are decided on those seeds alone (``run``: those in
-    the data; ``earlier``: the data's other seeds, run before the declaration), and ``explored`` holds
-    the same contrasts on every seed, in their own families (:func:`primary.all_seeds`). With its
-    ``replication`` (one ``{seeds, endpoints}`` or a list): ``replications`` holds each one's endpoints
-    decided on its seeds alone, in its own family (:class:`primary.Replication`)."""
-
-    frame: pd.DataFrame
-    claims: list
-    table: pd.DataFrame
-    found: pd.DataFrame
-    designs: pd.DataFrame = field(default_factory=pd.DataFrame)
-    eps: dict = field(default_factory=dict)
-    primaries: pd.DataFrame = field(default_factory=pd.DataFrame)
-    confirmatory: list | None = None
-    run: list = field(default_factory=list)
-    earlier: list = field(default_factory=list)
-    explored: pd.DataFrame = field(default_factory=pd.DataFrame)
-    replications: list = field(default_factory=list)
-
-
 def decide(paths: dict[str, Path], setup: dict | None = None) -> Decided:
-    """From the published per-seed CSVs and the study's file (``setup``: its ``claims:``,
-    ``factorials:``, ``primary:`` and ``confirmatory_seeds`` sections): every decision the report prints.
-    The primary endpoints leave their claim's or design's Holm family for the family ``primary`` (one
-    Holm p per contrast); with ``confirmatory_seeds`` they are decided on those seeds alone
-    (:func:`confirm`) and the full tables keep their contrasts in their own families, exploratory."""
+    """From the published per-seed CSVs and the study's file (``setup``): every decision the ICL report
+    prints (:func:`ssa_repro.reports.decide.decide`, with the ICL claims and template values; the
+    architecture's claims lead the findings when called)."""
     setup = setup or {}
     frame = paired.read_back(paths)
     ctx = icl.context(frame) if len(frame) else None
     claims = icl.claims(frame, setup.get("claims")) if len(frame) else []
-    eps = primary.declared(setup.get("primary"), ctx) if ctx else {}
-    seeds = setup.get("confirmatory_seeds") if eps else None
-    moved = eps if seeds is None else {}  # with confirmatory seeds nothing leaves its family here
-    table = (
-        paired.claims_table(frame, claims, families=primary.claim_families(moved))
-        if claims
-        else pd.DataFrame()
-    )
-    designs = (
-        factorial.table(frame, setup.get("factorials"), ctx, primary.design_cells(moved))
-        if ctx
-        else pd.DataFrame()
-    )
-    extra = {}
-    if seeds is None:
-        primaries = primary.decide(eps, table, designs, frame, claims) if eps else pd.DataFrame()
-    else:
-        primaries, extra = confirm(eps, seeds, frame, claims, setup.get("factorials"), ctx)
-        extra["explored"] = primary.all_seeds(eps, table, designs, frame, claims)
-        extra |= replicate(eps, setup.get("replication"), frame, claims, setup.get("factorials"), ctx)
-        extra["earlier"] = before_declaration(extra)
-    if len(table):
-        per_claim = table.groupby("claim", sort=False).verdict.agg(lambda v: paired.claim_verdict(list(v)))
-        table["claim_verdict"] = table.claim.map(per_claim)
-    if not len(table):
-        exploratory = table
-    elif seeds is None:
-        exploratory = table[table.family != primary.FAMILY]
-    else:
-        exploratory = without_endpoints(table, eps)
-    ssa = [c.key for c in claims if c.contrast_text.startswith("SSA")]  # called SSA rows: always shown
-    found = (
-        paired.findings(exploratory, n=5, first=["architecture"], keep=ssa) if len(table) else pd.DataFrame()
-    )
-    return Decided(frame, claims, table, found, designs, eps, primaries, **extra)
-
-
-def replicate(eps: dict, declared, frame, claims: list, factorials: dict | None, ctx) -> dict:
-    """The declared ``replication`` (one ``{seeds, endpoints}`` or a list, :func:`primary.replications`):
-    each one's endpoints decided on its seeds alone (:func:`confirm`, Holm over them in its own family),
-    as :class:`Decided`'s ``replications``; the confirmatory test's ``earlier`` seeds (run before the
-    declaration) lose every replication's, which were run after it. {} without one."""
-    reps = []
-    for rep in primary.replications(declared) if eps else []:  # families numbered as declared
-        mine = {n: eps[n] for n in rep.endpoints if n in eps}
-        if not mine:  # every endpoint it names removed (a child study's null): nothing to decide
-            continue
-        rep.endpoints = list(mine)
-        rep.results, extra = confirm(mine, rep.seeds, frame, claims, factorials, ctx, rep.family)
-        rep.run = extra["run"]
-        reps.append(rep)
-    return {"replications": reps} if reps else {}
-
-
-def before_declaration(extra: dict) -> list:
-    """The seeds run before the endpoints were declared: neither confirmatory nor a replication's."""
-    later = {s for rep in extra.get("replications", ()) for s in rep.seeds}
-    return [s for s in extra.get("earlier", ()) if s not in later]
-
-
-def confirm(
-    eps: dict,
-    seeds,
-    frame: pd.DataFrame,
-    claims: list,
-    factorials: dict | None,
-    ctx,
-    family: str = primary.FAMILY,
-) -> tuple[pd.DataFrame, dict]:
-    """The primary endpoints decided on the confirmatory ``seeds`` alone (:func:`primary.decide` on the
-    endpoints' claims and designs recomputed on the per-seed frame restricted to those seeds; the claims
-    as built from the whole frame, the templates filled from its values ``ctx``). Returns (the results,
-    :class:`Decided`'s ``confirmatory``, ``run`` and ``earlier``); no confirmatory seed in the data: no
-    results. With fewer paired seeds than declared the verdicts are withheld (:func:`primary.interim`)."""
-    wanted = sorted(int(s) for s in seeds)
-    sub = frame[frame.seed.astype(int).isin(wanted)]
-    run = sorted(int(s) for s in sub.seed.unique())
-    earlier = sorted(int(s) for s in frame.seed.unique() if int(s) not in set(wanted))
-    extra = {"confirmatory": wanted, "run": run, "earlier": earlier}
-    if not len(sub):
-        return pd.DataFrame(), extra
-    keys = {e["claim"] for e in eps.values() if "claim" in e}
-    mine = [c for c in claims if c.key in keys]
-    table = paired.claims_table(sub, mine, families=primary.claim_families(eps)) if mine else pd.DataFrame()
-    used = {e["factorial"] for e in eps.values() if "factorial" in e}
-    designs = factorial.table(
-        sub, {k: v for k, v in (factorials or {}).items() if k in used}, ctx, primary.design_cells(eps)
-    )
-    return primary.interim(
-        primary.decide(eps, table, designs, sub, claims, family), len(wanted), len(eps)
-    ), extra
-
-
-def without_endpoints(table: pd.DataFrame, eps: dict) -> pd.DataFrame:
-    """With confirmatory seeds: the claims table without the primary endpoints' contrasts, which are shown
-    on every seed beside their confirmatory test (the findings do not list them twice)."""
-    keys = set(primary.claim_families(eps))
-    return table[np.array([(c, s) not in keys for c, s in zip(table.claim, table.contrast)], dtype=bool)]
+    return pipeline.decide(frame, setup, ctx=ctx, claims=claims, first=["architecture"])
 
 
 def compute(
@@ -480,7 +363,9 @@ def rule_markdown(table: pd.DataFrame) -> list[str]:
     lines = [
         "**Decision rule** (docs/statistics.md). Per contrast, b − a per seed (same seed: same initial "
         "weights and training prompts; same evaluation prompts), averaged over seeds; a 95% expanded "
-        "percentile bootstrap interval over seeds; the sign-flip p over seeds " + stats.SIGN_FLIP_P + ", Holm-adjusted once, in "
+        "percentile bootstrap interval over seeds; the sign-flip p over seeds "
+        + stats.SIGN_FLIP_P
+        + ", Holm-adjusted once, in "
         "the contrast's one family, named beside it: the contrasts of its claim (one per task), a family "
         "claims share, or the declared primary endpoints. *yes*: the interval excludes 0 on the claimed "
         "side and p_Holm < 0.05; *contradicted*: the same on the other side, unless both intervals lie "
