@@ -758,7 +758,8 @@ def render(
         lines += figure_lines(icl_figures.linear_figure(frame, figdir, base), "linear MSE", name, figs)
     lines += section(
         "Seeds that generalise (bimodal outcomes)",
-        "Seeds with sequence error below 0.1, softmax vs SSA, Fisher's exact test.",
+        "Seeds with sequence error below 0.1, softmax vs SSA over the seeds with both arms (paired by seed), "
+        "the seeds where only one generalises, and the exact McNemar test on them (two-sided).",
         icl_frame.over_bases(icl_tables.generalising, frame),
     )
     lines += section(
@@ -892,12 +893,14 @@ def primary_lines(decided: Decided) -> list[str]:
             "(`stats.robust_verdict`): the equivalence call stands only if the interval that allows for "
             f"seeds jumping by up to {float(e.get('max_jump', 1.0)):g} (`stats.robust_interval`) lies inside ±m "
             "too. Its simulated error rates (`stats.simulate_equivalence`, 300 replications, seeded; sd = m/2, "
-            "bimodal: 10% of seeds jump): how often “within ±m” is called at a true effect of exactly m "
+            "bimodal: 10% of seeds jump, by 0.3, 0.5 (the size of the failures seen here) or 1): how often “within ±m” is called at a true effect of exactly m "
             "(a false call) and at 0 (a true one). The robust rule bounds the jumps it has not seen, so "
             "with none seen it can call “within ±m” only from "
             f"{_equivalence_seeds(margin, float(e.get('max_jump', 1.0)))} seeds on "
             f"(`stats.seeds_for_equivalence`, m = {margin:g}, largest jump {float(e.get('max_jump', 1.0)):g}): "
-            "below that a bimodal endpoint is never “within ±m”, only “not detected (underpowered)”.",
+            "below that a bimodal endpoint is never “within ±m”, only “not detected”. The same rule decides every "
+            "contrast on the same metric in this report (the claims table, the 2 × 2 designs, the exploratory "
+            "rows: `stats.decide`, `reports/decide.py`).",
             "",
             markdown_table(
                 primary.simulated_rates(

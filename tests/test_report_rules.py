@@ -1,0 +1,163 @@
+"""Issue 58: the same rule for the same kind of outcome in every part of a report (reports/decide.py,
+stats/decision.py), each check built to fail on the reports as they were before it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from ssa_repro import stats
+from ssa_repro.reports import decide as pipeline
+from ssa_repro.reports import icl_tables, paired, primary
+
+
+def _row(seed, scorer, value, summary, task="every_num"):
+    return dict(
+        group="core",
+        task=task,
+        arch="preln",
+        train_sigma=1.0,
+        evaluation="grid",
+        predictor="model",
+        metric="sequence_error",
+        summary=summary,
+        part="grid",
+        scorer=scorer,
+        seed=seed,
+        value=value,
+    )
+
+
+def _claim(key, summary, sign=-1):
+    both = {"summary": summary, "task": "every_num"}
+    spec = paired.Spec(
+        summary, "sequence_error", {**both, "scorer": "softmax"}, {**both, "scorer": "ssa"}, sign
+    )
+    return paired.Claim(key, f"claim {key}", "p", (spec,), "SSA − softmax")
+
+
+def _flat_frame(n=20, summaries=("a", "b")):
+    """Seeds that all generalise under both scorers (errors ~0.01): the plain rule calls "within ±m"."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for summary in summaries:
+        for s in range(n):
+            v = abs(rng.normal(0.01, 0.003))
+            rows += [_row(s, "softmax", v, summary), _row(s, "ssa", abs(v + rng.normal(0, 0.002)), summary)]
+    return pd.DataFrame(rows)
+
+
+def test_an_exploratory_row_of_a_bimodal_metric_gets_the_robust_rule():
+    """Review D2: icl_cpu's ssa_main on every seed, ssa_deviant and icl_scale's scale_sigma were called
+    "within ±m" by the plain rule though their metric is a declared bimodal endpoint's."""
+    frame = _flat_frame()
+    claims = [_claim("endpoint", "a"), _claim("exploratory", "b")]
+    eps = {"e": {"claim": "endpoint", "contrast": "a", "threshold": 0.1, "max_jump": 1.0, "effect": 0.8}}
+    kinds = pipeline.outcomes(eps, claims)
+    assert kinds == {"sequence_error": stats.Outcome(stats.BIMODAL, threshold=0.1, max_jump=1.0)}
+    plain = paired.claims_table(frame, claims, n_boot=500)
+    assert set(plain.verdict) == {stats.WITHIN}  # what the reports printed
+    robust = paired.claims_table(frame, claims, n_boot=500, outcomes=kinds)
+    assert set(robust.verdict) == {stats.UNDERPOWERED}
+    # the robust bound: 20 seeds, no jump seen, 1 − 0.025^(1/20) of a jump of 1 ≈ 0.168 > m
+    assert 1 - 0.025 ** (1 / 20) > stats.MARGINS["sequence_error"]
+
+
+def test_outcomes_reject_two_kinds_for_one_metric():
+    claims = [_claim("x", "a"), _claim("y", "b")]
+    eps = {
+        "one": {"claim": "x", "contrast": "a", "threshold": 0.1},
+        "two": {"claim": "y", "contrast": "b", "threshold": 0.2},
+    }
+    with pytest.raises(ValueError, match="primary.two.*sequence_error.*primary.one"):
+        pipeline.outcomes(eps, claims)
+
+
+def test_seeds_that_generalise_are_compared_paired_by_exact_mcnemar():
+    """Review D4: the table used Fisher's unpaired test and printed p = 0.00046 as "0"."""
+    rows = []
+    sigma = "train_lengths sigma=16"
+    for s in range(30):
+        a = 0.6 if s < 14 else 0.01  # softmax generalises on 16 of 30
+        b = 0.6 if s < 2 else 0.01  # SSA on 28: 12 seeds only SSA, none only softmax
+        rows += [_row(s, "softmax", a, sigma), _row(s, "ssa", b, sigma)]
+        rows += [
+            _row(s, "softmax", 0.5, "train_lengths sigma=1"),
+            _row(s, "ssa", 0.5, "train_lengths sigma=1"),
+        ]
+        rows += [_row(s, "softmax", 0.5, "sigma=1 length=80"), _row(s, "ssa", 0.5, "sigma=1 length=80")]
+    t = icl_tables.generalising(pd.DataFrame(rows))
+    r = t[t["where"] == "σ = 16"].iloc[0]
+    expected = sps.binomtest(12, 12, 0.5).pvalue  # McNemar: 12 discordant seeds, all one way
+    assert r["McNemar p"] == f"{expected:.2g}" != "0"
+    assert r["only softmax / only SSA"] == "0 / 12"
+    assert (r["softmax"], r["SSA"]) == ("16/30", "28/30")
+    assert "Fisher p" not in t.columns
+
+
+def test_a_plan_whose_discordance_allows_less_than_its_d_z_uses_the_smaller():
+    """Review §3 / issue item 4: icl_cpu plans d_z 0.8 and a discordance 0.05 / 0.40 that allows at
+    most d_z 0.61; the power printed (0.78 at 20 seeds, α/4) was the larger one's."""
+    e = {"effect": 0.8, "threshold": 0.1, "discordance": [0.05, 0.4]}
+    dz = primary.planned(e)
+    assert dz == pytest.approx(0.35 / np.sqrt(0.45 - 0.35**2))
+    assert dz < 0.8
+    assert stats.power_paired(dz, 20, 0.05 / 4) < 0.6 < stats.power_paired(0.8, 20, 0.05 / 4)
+    assert primary.planned({"effect": 0.8}) == 0.8
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        ({"kind": "odd"}, "kind='odd' is not allowed"),
+        ({"kind": "bimodal"}, "needs threshold"),
+        ({"kind": "continuous", "threshold": 0.1}, "with a threshold"),
+        ({"decide_by": "mcnemar"}, "decide_by='mcnemar' needs threshold"),
+        ({"decide_by": "fisher", "threshold": 0.1}, "decide_by='fisher' is not allowed"),
+    ],
+)
+def test_an_endpoints_kind_is_checked_with_the_file_key_and_value(extra, match):
+    e = {"text": "t", "claim": "c", "contrast": "x", "effect": 0.8, **extra}
+    found = primary.problems({"ep": e}, "conf/study/s.yaml", claim_keys={"c"})
+    assert any("conf/study/s.yaml: primary.ep" in p and match in p for p in found), found
+
+
+def test_underpowered_is_said_only_where_the_power_was_below_80_percent():
+    """Review D10: "underpowered" where the planned power was 0.95-0.99."""
+    rng = np.random.default_rng(4)
+    rows = []
+    for s in range(30):
+        v = rng.normal(0.5, 0.2)
+        rows += [_row(s, "softmax", v, "a"), _row(s, "ssa", v + rng.normal(0, 0.2), "a")]
+    frame = pd.DataFrame(rows)
+    claims = [_claim("c", "a")]
+    eps = {"ep": {"text": "t", "claim": "c", "contrast": "a", "effect": 0.8}}
+    table = paired.claims_table(frame, claims, families=primary.claim_families(eps), n_boot=500)
+    res = primary.decide(eps, table, pd.DataFrame(), frame, claims)
+    r = res.iloc[0]
+    assert r["power (planned d_z)"] == pytest.approx(stats.power_paired(0.8, 30, 0.05))
+    assert r["p_holm"] >= 0.05  # not detected, with 0.99 power: never "underpowered"
+    assert r["verdict"] == "not detected (powered for d_z 0.8)"
+    assert table.verdict.iloc[0] == r["verdict"]
+    few = primary.decide(
+        eps, table.assign(per_seed=[table.per_seed.iloc[0][:8]], n_seeds=8), pd.DataFrame(), frame, claims
+    )
+    assert few["power (planned d_z)"].iloc[0] < 0.8 and few.verdict.iloc[0] == stats.UNDERPOWERED
+
+
+def test_the_simulation_table_shows_the_plain_rules_false_calls_at_the_jumps_seen():
+    """Review D3: with a jump of 1.0 alone the plain rule made no false "within ±m" call; at the
+    jumps these outcomes show (0.5) it makes 14-17% at 20 seeds, which the robust rule does not."""
+    t = primary.simulated_rates(0.05, 0.1, 1.0, seeds=[20])
+    assert list(dict.fromkeys(t.outcomes)) == [
+        "normal",
+        "bimodal, jump 0.3",
+        "bimodal, jump 0.5",
+        "bimodal, jump 1",
+    ]
+    at_m = t[t["true effect"] == "0.05"].set_index("outcomes")
+    assert at_m.loc["bimodal, jump 0.5", "“within ±m” (plain rule)"] > 0.08
+    assert at_m.loc["bimodal, jump 1", "“within ±m” (plain rule)"] < 0.02
+    assert (at_m["“within ±m” (robust rule)"] == 0).all()
