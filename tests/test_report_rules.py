@@ -161,3 +161,10 @@ def test_the_simulation_table_shows_the_plain_rules_false_calls_at_the_jumps_see
     assert at_m.loc["bimodal, jump 0.5", "“within ±m” (plain rule)"] > 0.08
     assert at_m.loc["bimodal, jump 1", "“within ±m” (plain rule)"] < 0.02
     assert (at_m["“within ±m” (robust rule)"] == 0).all()
+
+
+def test_a_claim_not_detected_where_it_had_the_power_says_so():
+    powered = stats.powered(0.8)
+    assert paired.claim_verdict([powered, stats.WITHIN]) == powered
+    assert paired.claim_verdict([powered, stats.UNDERPOWERED]) == stats.UNDERPOWERED
+    assert paired.claim_verdict([powered, stats.YES]) == paired.PARTLY

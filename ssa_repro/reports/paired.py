@@ -315,7 +315,8 @@ def claims_table(
 def claim_verdict(verdicts: Sequence[str]) -> str:
     """A claim's verdict from its contrasts' (one per task): every one "yes" → yes; some "yes" →
     partly; else any "contradicted" → contradicted; every one "within ±m" → within; every one within
-    ±m, some of them non-zero → "non-zero, within ±m"; else underpowered;
+    ±m, some of them non-zero → "non-zero, within ±m"; every one within ±m or not detected where its
+    declared effect had the power → "not detected (powered for …)"; else underpowered;
     no contrast → "not measured". Contrasts :data:`NOT_LEARNED` do not count (all of them: NOT_LEARNED)."""
     v = list(verdicts)
     if not v:
@@ -333,6 +334,9 @@ def claim_verdict(verdicts: Sequence[str]) -> str:
         return stats.WITHIN
     if all(x in (stats.WITHIN, stats.NONZERO_WITHIN) for x in v):
         return stats.NONZERO_WITHIN
+    powered = [x for x in v if x.startswith(stats.POWERED_PREFIX)]
+    if powered and all(x == stats.WITHIN or x in powered for x in v):
+        return powered[0]  # every contrast not detected where it had the power (or within ±m)
     return stats.UNDERPOWERED
 
 

@@ -651,7 +651,7 @@ def _result_row(r, k: int | None = None, exploratory: bool = False) -> dict:
     else:
         p_holm = f"{r['p_holm']:.2g}"
         power = (
-            f"{r['power (planned d_z)']:.2f} (d_z {r['planned d_z']:g})",
+            f"{r['power (planned d_z)']:.2f} (d_z {r['planned d_z']:.2g})",
             f"{r['power (observed d_s, ties)']:.2f}",
         )
     return {

@@ -243,7 +243,7 @@ def _primary_line(r) -> str:
         f"{_seeds(r['n_seeds'])}, {int(r['seeds_worse'])} against the claimed direction"
         f"{_generalising(r['binary'])}: **{r['verdict']}**{_side(r)}; power at these seeds "
         f"{r['power (observed d_s, ties)']:.2f} (observed d_s), {r['power (planned d_z)']:.2f} (planned d_z "
-        f"{r['planned d_z']:g})."
+        f"{r['planned d_z']:.2g})."
     )
 
 
@@ -372,7 +372,11 @@ def rule_markdown(table: pd.DataFrame) -> list[str]:
         "inside ±m: then *non-zero, within ±m* (real, too small to matter; never *contradicted*); *not "
         "detected (within ±m)*: the interval and Student's t interval of the d_s inside ±m (m per metric: "
         + ", ".join(f"{k} {v:.3g}" for k, v in list(stats.MARGINS.items())[:4])
-        + ", MSE ±log 1.1 on the log scale); otherwise *not detected (underpowered)*. A claim: *yes* if "
+        + ", MSE ±log 1.1 on the log scale) and, on a metric a primary endpoint declares bimodal (its "
+        "threshold), in every row the interval that allows for seeds jumping (`stats.robust_interval`) too; "
+        "otherwise *not detected (powered for d_z …)* where the declared effect had ≥ 80% power at the seeds "
+        "run (ties counted), else *not detected (underpowered)* (one rule for every row: `stats.decide`, "
+        "`reports/decide.py`). A claim: *yes* if "
         "every contrast is, *partly* if some are, else *contradicted* if any is, *within ±m* if all are, "
         "else underpowered. With n seeds the smallest two-sided p is 2^(1−n) (0.031 at 6 seeds, 0.002 at "
         "10): with 6 seeds no contrast survives Holm in a family of two or more.",

@@ -30,6 +30,7 @@ _WHERE = {
     "RATIO": "decision",
     "Decision": "decision",
     "Outcome": "decision",
+    "POWERED_PREFIX": "decision",
     "decide": "decision",
     "implied_dz": "decision",
     "is_not_detected": "decision",
