@@ -168,3 +168,44 @@ def test_a_claim_not_detected_where_it_had_the_power_says_so():
     assert paired.claim_verdict([powered, stats.WITHIN]) == powered
     assert paired.claim_verdict([powered, stats.UNDERPOWERED]) == stats.UNDERPOWERED
     assert paired.claim_verdict([powered, stats.YES]) == paired.PARTLY
+
+
+def test_an_arm_is_learned_only_where_most_of_its_seeds_beat_the_baseline():
+    """Review D5: MQAR with learned positions, softmax per seed [0.000, 0.844, 0.851, 0.845, 0.846,
+    0.847, 0.846] against the baseline's 0.8687: its mean 0.7255 passed the mean gate (learned), though
+    one seed of seven learned; SSA 0.8485 (no seed) passed too."""
+    from ssa_repro.reports import icl
+
+    softmax = [0.0, 0.844, 0.851, 0.845, 0.846, 0.847, 0.846]
+    ssa = [0.8485] * 7
+    rows = []
+    for seed in range(7):
+        for scorer, v in (("softmax", softmax[seed]), ("ssa", ssa[seed]), ("softmax", 0.8687)):
+            base = scorer == "softmax" and v == 0.8687
+            rows.append(
+                dict(
+                    _row(seed, scorer, v, "sigma_x=1 length=64 ratio=1", task="mqar_w64"),
+                    group="mqar",
+                    arch="learned",
+                    metric="token_error",
+                    predictor="random_token" if base else "model",
+                )
+            )
+    t = icl.length_learned(pd.DataFrame(rows)).set_index("scorer")
+    assert t.loc["softmax", "model"] == pytest.approx(np.mean(softmax))
+    assert t.loc["softmax", "model"] < 0.8687 - 0.02  # the old gate: "learned"
+    assert (t.loc["softmax", "seeds learned"], bool(t.loc["softmax", "learned"])) == ("1/7", False)
+    assert (t.loc["ssa", "seeds learned"], bool(t.loc["ssa", "learned"])) == ("0/7", False)
+
+
+def test_a_section_without_data_does_not_point_to_an_empty_missing(tmp_path):
+    """Review D6: "No data yet (see *Missing*)" beside a Missing that said "Nothing"."""
+    from ssa_repro.reports import study as report
+
+    lines = report.section("A section", "text", None)
+    assert report.NO_DATA in lines
+    path = report.finish(lines, pd.DataFrame(), [], None, tmp_path, "s")
+    text = path.read_text()
+    assert report.NO_DATA not in text and report.NOT_DECLARED in text
+    path = report.finish(lines, pd.DataFrame(), ["group g: not stored"], None, tmp_path, "s")
+    assert report.NO_DATA in path.read_text()

@@ -477,4 +477,4 @@ def render(
         "bound).",
         paired.power_table(table) if len(table) else None,
     )
-    return finish(lines, table, missing, setup, out_dir, name, after_missing=GPU_LINES)
+    return finish(lines, table, missing, setup, out_dir, name, after_missing=GPU_LINES, decided=decided)

@@ -432,6 +432,7 @@ def decide(
                 "power (planned d_z)": dec.power,
                 "power (observed d_s, ties)": paired.observed_power(d, ALPHA / k),
                 "verdict": v,
+                "claimed_sign": sign,
                 "binary": binary,
                 "claimed_side": bool(np.sign(r["estimate"]) == sign) if r["estimate"] else None,
                 "about_ssa": about_ssa(e, r, claims),

@@ -40,6 +40,7 @@ from ssa_repro import stats
 from ssa_repro.core.atomic import write_text
 from ssa_repro.reports import decide as pipeline
 from ssa_repro.reports import (
+    endpoints,
     factorial,
     icl,
     icl_cells,
@@ -780,7 +781,7 @@ def render(
         paired.power_table(table) if len(table) else None,
     )
     remove_stale_figures(figdir, figs)
-    return finish(lines, table, missing, setup, out_dir, name)
+    return finish(lines, table, missing, setup, out_dir, name, decided=decided)
 
 
 def remove_stale_figures(figdir: Path, figs: list) -> None:
@@ -1047,9 +1048,15 @@ def finish(
     out_dir: Path,
     name: str,
     after_missing: list[str] = (),
+    decided: Decided | None = None,
 ) -> Path:
     """A study report's end (every study's): the *Missing* section, ``after_missing``, the setup; then
-    ``<name>.md`` and ``<name>_claims.csv`` (the claims table, one row per contrast) written atomically."""
+    ``<name>.md``, ``<name>_claims.csv`` (the claims table, one row per contrast) and, where the study
+    declares primary endpoints (``decided``), ``<name>_primary.csv`` (:func:`endpoints.rows`: the
+    README's table reads it) written atomically. With nothing missing, a section without data says it
+    is not measured by this study, not "see *Missing*" beside a Missing that says nothing is."""
+    if not missing:
+        lines = [NOT_DECLARED if line == NO_DATA else line for line in lines]
     lines = [
         *lines,
         "## Missing",
@@ -1068,6 +1075,8 @@ def finish(
         else pd.DataFrame(columns=CLAIM_COLUMNS)
     )
     write_text(out_dir / f"{name}_claims.csv", out.to_csv(index=False, float_format="%.6g"))
+    if decided is not None and decided.eps:
+        endpoints.write(endpoints.rows(decided, name), out_dir, name)
     return path
 
 
@@ -1090,8 +1099,12 @@ def figure_lines(path: Path | None, alt: str, name: str, figs: list) -> list[str
     return [f"![{alt}]({name}/{path.name})", ""]
 
 
+NO_DATA = "No data yet (see *Missing*)."
+NOT_DECLARED = "Not measured: this study declares no group or evaluation that gives it."
+
+
 def section(heading: str, text: str, table: pd.DataFrame | None) -> list[str]:
-    body = markdown_table(table) if table is not None and len(table) else "No data yet (see *Missing*)."
+    body = markdown_table(table) if table is not None and len(table) else NO_DATA
     return [f"## {heading}", "", text, "", body, ""]
 
 
