@@ -209,3 +209,31 @@ def test_a_section_without_data_does_not_point_to_an_empty_missing(tmp_path):
     assert report.NO_DATA not in text and report.NOT_DECLARED in text
     path = report.finish(lines, pd.DataFrame(), ["group g: not stored"], None, tmp_path, "s")
     assert report.NO_DATA in path.read_text()
+
+
+def test_blocks_of_seeds_that_differ_in_level_are_found_and_said():
+    """Review D8: early_cpu's seeds 0-6 (an H200, before the declaration) against 7-36 (the CPU):
+    holistic SSA-2 − softmax −4.02 against −0.24, Welch p 0.0017; the report pooled them unremarked."""
+    import statsmodels.stats.weightstats as sw
+
+    from ssa_repro.reports import blocks
+    from ssa_repro.reports.decide import Decided
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for s in range(37):
+        shift = -4.0 if s < 7 else -0.24
+        v = rng.normal(60, 2)
+        rows += [_row(s, "softmax", v, "a"), _row(s, "ssa", v + shift + rng.normal(0, 2), "a")]
+    frame = pd.DataFrame(rows)
+    claims = [_claim("c", "a")]
+    eps = {"ep": {"text": "t", "claim": "c", "contrast": "a", "effect": 0.8}}
+    decided = Decided(frame, claims, pd.DataFrame(), pd.DataFrame(), eps=eps, earlier=list(range(7)))
+    t = blocks.table(decided)
+    d = blocks.per_seed(eps["ep"], frame, claims)
+    ref = sw.ttest_ind(d.iloc[:7], d.iloc[7:], usevar="unequal")[1]  # statsmodels' Welch test
+    assert t["Welch p"].iloc[0] == f"{ref:.2g}" and bool(t["blocks differ"].iloc[0])
+    assert t["earlier seeds"].iloc[0].endswith("(n = 7)")
+    text = "\n".join(blocks.lines(decided))
+    assert "They differ" in text and "ep" in text
+    assert blocks.lines(Decided(frame, claims, pd.DataFrame(), pd.DataFrame(), eps=eps)) == []

@@ -521,10 +521,12 @@ def binary_outcome(e: Mapping, r, frame: pd.DataFrame, claims) -> dict | None:
 
 def plan(eps: Mapping[str, Mapping], k: int) -> pd.DataFrame:
     """:func:`stats.plan_table` of the endpoints (continuous, and the binary one of each that declares a
-    ``discordance``), at α/k: the seeds each needs for 80% power."""
+    ``discordance``), at α/k: the seeds each needs for 80% power. The continuous form is planned at the
+    one planned d_z (:func:`planned`: the declared one, or less where the discordance allows less), so
+    the two forms agree."""
     rows = []
     for name, e in eps.items():
-        rows.append({"name": name, "kind": "continuous", "effect": float(e["effect"])})
+        rows.append({"name": name, "kind": "continuous", "effect": planned(e)})  # the one planned d_z
         if "discordance" in e:
             rows.append(
                 {

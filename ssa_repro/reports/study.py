@@ -38,8 +38,8 @@ import pandas as pd
 
 from ssa_repro import stats
 from ssa_repro.core.atomic import write_text
-from ssa_repro.reports import decide as pipeline
 from ssa_repro.reports import (
+    blocks,
     endpoints,
     factorial,
     icl,
@@ -52,6 +52,7 @@ from ssa_repro.reports import (
     primary,
     provenance,
 )
+from ssa_repro.reports import decide as pipeline
 from ssa_repro.reports.decide import (  # noqa: F401 (early.py and the tests read them here)
     Decided,
     before_declaration,
@@ -844,6 +845,7 @@ def primary_lines(decided: Decided) -> list[str]:
             markdown_table(primary.plan({n: decided.eps[n] for n in rep.endpoints}, kr)),
             "",
         ]
+    lines += blocks.lines(decided)
     if decided.confirmatory is not None and (len(decided.primaries) or len(decided.explored)):
         declared = seed_ranges(decided.confirmatory)
         lines += [
