@@ -237,3 +237,74 @@ def test_blocks_of_seeds_that_differ_in_level_are_found_and_said():
     text = "\n".join(blocks.lines(decided))
     assert "They differ" in text and "ep" in text
     assert blocks.lines(Decided(frame, claims, pd.DataFrame(), pd.DataFrame(), eps=eps)) == []
+
+
+def test_the_mechanism_probe_says_its_declared_hypothesis_is_contradicted():
+    """Review D7: preln_nofinal has pre-LN's stream growth (×16) and attention-share collapse (×0.062)
+    yet its error is 0.0085 against 0.574; the report never said the hypothesis failed."""
+    from ssa_repro.reports import mechanism
+
+    def row(claim, estimate, verdict):
+        return {"claim": claim, "estimate": estimate, "verdict": verdict}
+
+    t = pd.DataFrame(
+        [
+            row("sigma", 0.565, stats.YES),
+            row("scale_residual: preln", np.log(16.2), stats.YES),
+            row("attn_share: preln", np.log(0.0637), stats.YES),
+            row("architecture: postln", -0.574, stats.YES),
+            row("scale_residual: postln", np.log(1.006), stats.NONZERO_WITHIN),
+            row("attn_share: postln", np.log(1.04), stats.WITHIN),
+            row("architecture: preln_nofinal", -0.565, stats.YES),
+            row("scale_residual: preln_nofinal", np.log(16.1), stats.YES),
+            row("attn_share: preln_nofinal", np.log(0.0624), stats.YES),
+        ]
+    )
+    m = mechanism.table(t).set_index("arm")
+    assert list(m.agrees) == [True, True, False]
+    assert (m.loc["preln_nofinal", "predicted"], m.loc["preln_nofinal", "observed (error at σ = 16)"]) == (
+        "fails",
+        "generalises",
+    )
+    text = "\n".join(mechanism.lines(t))
+    assert (
+        "**The data contradict the hypothesis**: preln_nofinal (predicted: fails; observed: generalises)"
+        in text
+    )
+    agree = t[~t.claim.str.endswith("preln_nofinal")]
+    assert "agree with the hypothesis on every arm" in "\n".join(mechanism.lines(agree))
+
+
+def test_findings_list_one_measurement_once():
+    """Review D7: a post-LN model's stream and its first attention's input are one tensor at layer 0;
+    the findings listed it twice, as two claims."""
+    t = pd.DataFrame(
+        [
+            dict(
+                claim="scale_residual: x", verdict=stats.YES, estimate=2.79, margin=0.22, per_seed=(2.7, 2.8)
+            ),
+            dict(
+                claim="scale_attn_input: x",
+                verdict=stats.YES,
+                estimate=2.79,
+                margin=0.22,
+                per_seed=(2.7, 2.8),
+            ),
+            dict(
+                claim="attn_share: x", verdict=stats.YES, estimate=-1.07, margin=0.22, per_seed=(-1.0, -1.1)
+            ),
+        ]
+    )
+    assert list(paired.findings(t).claim) == ["scale_residual: x", "attn_share: x"]
+
+
+def test_a_study_without_an_ssa_arm_does_not_promise_ssa_claims_in_its_title():
+    from ssa_repro.reports import study as report
+
+    setup = {
+        "base": ["model.n_layer=2", "model.n_embd=32", "train.steps=3000"],
+        "groups": {"g": {"scorers": ["softmax"]}},
+    }
+    assert "SSA's" not in report.title("m", setup) and "no SSA arm" in report.title("m", setup)
+    setup["groups"]["g"]["scorers"] = ["softmax", "ssa"]
+    assert "SSA's in-context-learning claims" in report.title("m", setup)

@@ -377,12 +377,16 @@ def findings(
     ranked by |estimate| / margin (the effect in units of what matters for the metric), at most one per
     claim (its largest); the claims whose key starts with one in ``first`` (e.g. the architecture's) lead
     when called. At most ``n`` rows, and after them every called row of the claims in ``keep`` (the SSA
-    claims: an effect for or against SSA that the rule calls is never left out of the findings)."""
+    claims: an effect for or against SSA that the rule calls is never left out of the findings). Rows
+    with the same per-seed values (one measurement under two claims) count once."""
     if table.empty:
         return table
     called = table[table.verdict.isin([stats.YES, stats.CONTRADICTED])].copy()
     if called.empty:
         return called
+    # one measurement under two claims (e.g. a post-LN model's stream and its first attention's input at
+    # layer 0: one tensor) is one finding: the first claim's
+    called = called[~called.per_seed.map(tuple).duplicated()]
     kept = called[called.claim.isin(list(keep))]
     called = called[~called.claim.isin(list(keep))]
     if called.empty:

@@ -48,6 +48,7 @@ from ssa_repro.reports import (
     icl_frame,
     icl_tables,
     length,
+    mechanism,
     paired,
     primary,
     provenance,
@@ -127,6 +128,13 @@ def title(name: str, setup: dict | None, where: str = "a CPU") -> str:
         return (
             f"# {name}: what small transformers trained on {where} ({', '.join(archs)}) can show about SSA's "
             "in-context-learning claims as they grow — not the paper's scale"
+        )
+    scorers = {s for g in (setup or {}).get("groups", {}).values() for s in g.get("scorers", [])}
+    if scorers and "ssa" not in scorers:  # no SSA arm: the study cannot speak to SSA's claims
+        return (
+            f"# {name}: what {size} transformers trained for {steps} steps{other} on {where} can show about "
+            f"where the in-context-learning failure modes come from ({', '.join(sorted(scorers))} only: no SSA "
+            "arm, no claim about SSA) — not the paper's scale"
         )
     return (
         f"# {name}: what {size} transformers trained for {steps} steps{other} on {where} can show about SSA's "
@@ -668,6 +676,7 @@ def render(
         *findings_markdown(found, claims, table, decided),
         "",
         *primary_lines(decided),
+        *mechanism.lines(table),
         "## The paper's claims",
         "",
         *claims_markdown(claims, table),
