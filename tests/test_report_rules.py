@@ -308,3 +308,66 @@ def test_a_study_without_an_ssa_arm_does_not_promise_ssa_claims_in_its_title():
     assert "SSA's" not in report.title("m", setup) and "no SSA arm" in report.title("m", setup)
     setup["groups"]["g"]["scorers"] = ["softmax", "ssa"]
     assert "SSA's in-context-learning claims" in report.title("m", setup)
+
+
+def _relpos_frame(n=40, mqar=True):
+    """relpos_cpu's primary cells (issue 59) on synthetic seeds 100-139: ALiBi's SSA effect on linear
+    MSE at 8× (log ratio −0.65) against learned positions' (−0.1), and MQAR token error at 16×."""
+    rng = np.random.default_rng(0)
+    rows = []
+    base = dict(train_sigma=1.0, predictor="model", part="grid")
+    for seed in range(100, 100 + n):
+        for arch in ("learned", "alibi"):
+            level = rng.lognormal(0, 0.3)
+            for scorer in ("softmax", "ssa"):
+                eff = 0.0 if scorer == "softmax" else (-0.65 if arch == "alibi" else -0.1)
+                v = level * np.exp(eff + rng.normal(0, 0.2))
+                for length, ratio in ((21, 1), (168, 8)):
+                    rows.append(
+                        dict(base, group="linear", task="linear", scorer=scorer, arch=arch, seed=seed)
+                        | dict(evaluation="length", metric="mse", value=v if ratio == 8 else v / 10)
+                        | dict(summary=f"sigma_x=1 length={length} ratio={ratio}")
+                    )
+        for scorer, v in (("softmax", 0.88), ("ssa", 0.3)) if mqar else ():
+            for length, ratio in ((8, 1), (128, 16)):
+                rows.append(
+                    dict(base, group="mqar", task="mqar_w64", scorer=scorer, arch="alibi", seed=seed)
+                    | dict(evaluation="length", metric="token_error")
+                    | dict(summary=f"sigma_x=1 length={length} ratio={ratio}")
+                    | dict(value=(v + rng.normal(0, 0.05)) if ratio == 16 else 0.01)
+                )
+    return pd.DataFrame(rows)
+
+
+def test_relpos_cpus_endpoints_an_interaction_among_them_go_through_the_one_pipeline(tmp_path):
+    """Issue 59's study: two ladder endpoints (MQAR token error, linear MSE as a log ratio) and a 2 × 2
+    interaction (``of: AxB``), one Holm family of three, decided on the declared seeds."""
+    from omegaconf import OmegaConf
+
+    from ssa_repro.cli import study
+    from ssa_repro.reports import study as report
+
+    setup = OmegaConf.to_container(study.load("relpos_cpu"))
+    path = tmp_path / "per_seed_grid.csv"
+    _relpos_frame().to_csv(path, index=False)
+    d = report.decide({"grid": path}, setup)
+    r = d.primaries.set_index("endpoint")
+    assert set(r.index) == {"alibi_mqar", "alibi_linear", "interaction"} and (r.k == 3).all()
+    assert (r.n_seeds == 40).all() and not r.interim.any()
+    assert r.loc["interaction", "scale"] == "log" and r.loc["interaction", "estimate"] < 0
+    assert r.loc["interaction", "verdict"] == stats.YES  # declared in its direction: decided as claimed
+    assert r.loc["alibi_linear", "verdict"] == stats.YES == r.loc["alibi_mqar", "verdict"]
+    np.testing.assert_allclose(r.p_holm, stats.holm(r.p_value))
+    # with the MQAR cells not run yet: every verdict withheld (interim), nothing crashes
+    _relpos_frame(mqar=False).to_csv(path, index=False)
+    part = report.decide({"grid": path}, setup).primaries
+    assert part.interim.all() and set(part.endpoint) == {"alibi_linear", "interaction"}
+
+
+def test_relpos_cpus_report_on_an_empty_root_says_no_data_yet(tmp_path):
+    from ssa_repro.cli import run_study
+
+    run_study.main(["relpos_cpu", "--report-only", "--root", str(tmp_path / "empty")])
+    text = (tmp_path / "empty" / "relpos_cpu.md").read_text()
+    assert "No runs." in text and "No data yet (see *Missing*)." in text
+    assert "No claim could be measured" in text
