@@ -96,3 +96,58 @@ def test_the_table_says_each_estimates_side_for_and_against_ssa_alike():
 def test_a_readme_without_one_block_is_refused_naming_the_markers():
     with pytest.raises(ValueError, match="results:start"):
         endpoints.replace_block("no block here", "x")
+
+
+def test_the_forest_plot_puts_the_claimed_direction_to_the_right(tmp_path, monkeypatch):
+    seen = {}
+    import matplotlib.axes
+
+    real = matplotlib.axes.Axes.scatter
+
+    def spy(self, x, y, *a, **kw):
+        seen["x"] = list(x)
+        return real(self, x, y, *a, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", spy)
+    t = pd.DataFrame(
+        [
+            dict(
+                study="s",
+                endpoint="against",
+                test="c",
+                estimate=0.2,
+                low=0.1,
+                high=0.3,
+                margin=0.05,
+                claimed_sign=-1,
+                verdict="contradicted",
+                about_ssa=True,
+            ),
+            dict(
+                study="s",
+                endpoint="for",
+                test="c",
+                estimate=-0.1,
+                low=-0.15,
+                high=-0.05,
+                margin=0.05,
+                claimed_sign=-1,
+                verdict="yes",
+                about_ssa=True,
+            ),
+            dict(
+                study="s",
+                endpoint="up",
+                test="c",
+                estimate=1.0,
+                low=0.5,
+                high=1.5,
+                margin=2.0,
+                claimed_sign=1,
+                verdict="yes",
+                about_ssa=False,
+            ),
+        ]
+    )
+    assert endpoints.forest(t, tmp_path / "f.png").is_file()
+    assert seen["x"] == pytest.approx([-4.0, 2.0, 0.5])  # estimate × claimed sign / margin

@@ -304,8 +304,9 @@ def verdict_digest(found_claims, table: pd.DataFrame) -> list[str]:
         stats.UNDERPOWERED: "Not detected, underpowered (the interval reaches past the margin)",
         paired.NOT_LEARNED: "Not testable at this size (neither arm scores above chance)",
     }
-    for verdict in by_verdict:  # "not detected (powered for d_z …)": said as it is
-        heads.setdefault(verdict, verdict[0].upper() + verdict[1:])
+    for verdict in by_verdict:  # "not detected (powered for d_z …)": said as it is (called ones: above)
+        if verdict.startswith(stats.POWERED_PREFIX):
+            heads[verdict] = verdict[0].upper() + verdict[1:]
     out = []
     for verdict, head in heads.items():
         if verdict in by_verdict:

@@ -5,7 +5,7 @@ scripts/results_table.py`` regenerates both, tests/test_readme_results.py checks
 exactly the generated block).
 
 One row per endpoint and deciding test: the confirmatory seeds (or, without declared confirmatory
-seeds, every seed, in the family ``primary``) and each replication, for and against SSA alike; an
+seeds, every seed, in the family ``primary``) and each replication that names it, for and against SSA alike; an
 endpoint with no seeds of a test run yet gets its row with 0 seeds and the verdict "not run yet". The
 forest plot shows each estimate and 95% interval in units of its margin m, signed so that the right
 is the claimed direction (for SSA where the endpoint compares SSA with softmax): |x| < 1 is inside the
@@ -53,16 +53,20 @@ def _seed_text(seeds) -> str:
 
 def rows(decided, study: str) -> pd.DataFrame:
     """The endpoints' deciding tests of one report's :class:`~ssa_repro.reports.decide.Decided`."""
+    every = list(decided.eps)
     tests = []
     if decided.confirmatory is None:
-        tests.append(("all seeds (declared after them)", None, decided.primaries))
+        tests.append(("all seeds (declared after them)", None, decided.primaries, every))
     else:
-        tests.append((f"confirmatory ({_seed_text(decided.confirmatory)})", decided.run, decided.primaries))
-    for rep in decided.replications:
-        tests.append((f"{rep.family} ({_seed_text(rep.seeds)})", rep.run, rep.results))
+        test = f"confirmatory ({_seed_text(decided.confirmatory)})"
+        tests.append((test, decided.run, decided.primaries, every))
+    for rep in decided.replications:  # a replication decides the endpoints it names
+        tests.append((f"{rep.family} ({_seed_text(rep.seeds)})", rep.run, rep.results, rep.endpoints))
     out = []
     for name, e in decided.eps.items():
-        for test, run, res in tests:
+        for test, run, res, names in tests:
+            if name not in names:
+                continue
             hit = res[res.endpoint == name] if len(res) else res
             if not len(hit):
                 out.append({"study": study, "endpoint": name, "text": e["text"], "test": test, "n_seeds": 0})
@@ -161,7 +165,7 @@ def forest(t: pd.DataFrame, path: Path) -> Path | None:
     d = t[t.verdict != NOT_RUN].reset_index(drop=True)
     if not len(d):
         return None
-    sign = -d.claimed_sign.to_numpy(float)  # the claimed direction (claimed_sign −1: a decrease) → right
+    sign = d.claimed_sign.to_numpy(float)  # the claimed direction (claimed_sign −1: a decrease) → right
     m = d.margin.to_numpy(float)
     x, lo, hi = (sign * d[c].to_numpy(float) / m for c in ("estimate", "low", "high"))
     lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
