@@ -10,7 +10,7 @@ from scipy import stats as sps
 
 from ssa_repro import stats
 from ssa_repro.reports import decide as pipeline
-from ssa_repro.reports import icl_tables, paired, primary
+from ssa_repro.reports import icl_tables, paired, primary, primary_tables
 
 
 def _row(seed, scorer, value, summary, task="every_num"):
@@ -150,7 +150,7 @@ def test_underpowered_is_said_only_where_the_power_was_below_80_percent():
 def test_the_simulation_table_shows_the_plain_rules_false_calls_at_the_jumps_seen():
     """Review D3: with a jump of 1.0 alone the plain rule made no false "within ±m" call; at the
     jumps these outcomes show (0.5) it makes 14-17% at 20 seeds, which the robust rule does not."""
-    t = primary.simulated_rates(0.05, 0.1, 1.0, seeds=[20])
+    t = primary_tables.simulated_rates(0.05, 0.1, 1.0, seeds=[20])
     assert list(dict.fromkeys(t.outcomes)) == [
         "normal",
         "bimodal, jump 0.3",

@@ -30,7 +30,8 @@ from ssa_repro import stats
 from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.reports import claims as claims_engine
 from ssa_repro.reports import decide as pipeline
-from ssa_repro.reports import paired
+from ssa_repro.reports import inputs as study_inputs
+from ssa_repro.reports import paired, seed_power
 from ssa_repro.reports.decide import Decided, without_endpoints
 from ssa_repro.reports.early_cells import CHANCE, MEAN_12, MEAN_ALL, export, main_group, per_seed, read_back
 from ssa_repro.reports.early_figures import (
@@ -47,22 +48,18 @@ from ssa_repro.reports.early_tables import (
     regime_table,
     table3,
 )
-from ssa_repro.reports.paired import Claim
-from ssa_repro.reports.study import (
-    claims_markdown,
+from ssa_repro.reports.inputs import (
     continued_inputs,
-    figure_lines,
-    finish,
-    primary_findings,
-    primary_lines,
-    provenance_lines,
+    evaluated_keys,
     read_index,
     run_inputs,
     save_inputs,
-    section,
     trained_index,
     with_prior,
 )
+from ssa_repro.reports.markdown import claims_markdown, figure_lines, finish, provenance_lines, section
+from ssa_repro.reports.paired import Claim
+from ssa_repro.reports.primary_markdown import primary_findings, primary_lines
 from ssa_repro.stats.intervals import wilson
 
 CLAIM_NAMES = (
@@ -205,10 +202,10 @@ def decide(paths: Mapping[str, Path], setup: Mapping | None = None) -> Decided:
 
 # ------------------------------------------------------------------ the report
 def missing_jobs(index: pd.DataFrame | None, setup: Mapping | None) -> list[str]:
-    """What the study's config asks for and the index lacks (``paired.missing_jobs`` with the runner's
-    rule, :func:`paired.evaluated_keys`: an evaluation limited to some ``groups`` is expected only
+    """What the study's config asks for and the index lacks (``inputs.missing_jobs`` with the runner's
+    rule, :func:`inputs.evaluated_keys`: an evaluation limited to some ``groups`` is expected only
     there)."""
-    return paired.missing_jobs(index, setup, paired.evaluated_keys(setup)) if setup else []
+    return study_inputs.missing_jobs(index, setup, evaluated_keys(setup)) if setup else []
 
 
 def findings_markdown(
@@ -219,7 +216,7 @@ def findings_markdown(
     decided: Decided | None = None,
 ) -> list[str]:
     """The findings, first: the declared primary endpoints whatever they say (``decided``;
-    ``reports/study.py``'s :func:`~ssa_repro.reports.study.primary_findings`), then the contrasts the
+    ``reports/primary_markdown.py``'s :func:`~ssa_repro.reports.primary_markdown.primary_findings`), then the contrasts the
     decision rule calls, then every claim by its verdict (the claims table's, digested: what is ruled
     out, what the seeds are too few for and how many would do, what is not testable at this size), then
     the regime the matrix ran at."""
@@ -275,10 +272,10 @@ def _estimates(t: pd.DataFrame) -> str:
 def verdict_digest(found_claims, table: pd.DataFrame) -> list[str]:
     """One line per verdict other than the called ones: the claims with it and their estimates (judged
     contrasts only); for *underpowered*, the paired seeds each of its contrasts' effect (as seen) would need
-    for 80% power (``paired.power_table``). Called contrasts are the findings above it."""
+    for 80% power (``seed_power.power_table``). Called contrasts are the findings above it."""
     if table.empty:
         return []
-    power = paired.power_table(table)
+    power = seed_power.power_table(table)
     by_verdict: dict[str, list[str]] = {}
     for c in found_claims:
         t = table[table.claim == c.key]
@@ -340,9 +337,9 @@ def write(
     root: Path, out_dir: Path, name: str, command: str, setup: dict | None = None, prior: Path | None = None
 ) -> Path:
     """``<out_dir>/<name>.md``, its figures and per-seed CSVs (and ``report_inputs.json``:
-    ``reports/study.py``'s :data:`~ssa_repro.reports.study.INPUTS`) in ``<out_dir>/<name>/``; returns
+    ``reports/inputs.py``'s :data:`~ssa_repro.reports.inputs.INPUTS`) in ``<out_dir>/<name>/``; returns
     the markdown's path. ``prior``: a published report's folder whose per-seed rows join the run
-    folders' (a study continued in a later session: ``reports/study.py``'s ``with_prior``, as the ICL
+    folders' (a study continued in a later session: ``reports/inputs.py``'s ``with_prior``, as the ICL
     report's). Missing data are reported, not raised."""
     root, out_dir = Path(root), Path(out_dir)
     figdir = out_dir / name
@@ -350,8 +347,10 @@ def write(
     index = read_index(root)
     parts, prior_inputs = with_prior(per_seed(index) if index is not None else {}, prior, read=read_back)
     paths = export(parts, figdir)
-    evaluated = paired.evaluated_keys(setup)
-    missing = paired.missing_jobs(trained_index(index, parts, evaluated), setup, evaluated) if setup else []
+    evaluated = evaluated_keys(setup)
+    missing = (
+        study_inputs.missing_jobs(trained_index(index, parts, evaluated), setup, evaluated) if setup else []
+    )
     inputs = run_inputs(root, index, missing, paths)
     if prior_inputs is not None:
         inputs = continued_inputs(prior_inputs, inputs, prior, root)
@@ -476,6 +475,6 @@ def render(
         "for the exact test ever to reach α/k) and the seeds needed for 80% at the observed d_z "
         "(`stats.power_paired`, normal theory), both at α = 0.05/k (Holm's first step: the power is a lower "
         "bound).",
-        paired.power_table(table) if len(table) else None,
+        seed_power.power_table(table) if len(table) else None,
     )
     return finish(lines, table, missing, setup, out_dir, name, after_missing=GPU_LINES, decided=decided)
