@@ -267,8 +267,10 @@ def render(
             lines += section(
                 "Did the length tasks' models learn",
                 "At the training length (×1) and at the longest length the claims compare, σ_x = 1: the "
-                "model's seed-mean error against the best label-rule baseline's at that length; learned "
-                "(there) when lower by more than the metric's margin. An SSA − softmax contrast is judged at "
+                "model's seed-mean error against the best label-rule baseline's at that length; a seed has "
+                "learned (there) when its own error is lower by more than the metric's margin and by 10% of the "
+                "baseline's, an arm when at least half its seeds have (`length.length_learned`). An SSA − "
+                "softmax contrast is judged at "
                 "the length it compares: where neither model beats the baselines at that length it is shown "
                 f"but not judged (*{paired.NOT_LEARNED}*): it joins no Holm family, no finding and no claim "
                 "verdict.",
