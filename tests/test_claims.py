@@ -16,7 +16,7 @@ from scipy import stats as sps
 
 from ssa_repro.cli import study
 from ssa_repro.core.plotting import saving
-from ssa_repro.reports import claims, early, icl, paired
+from ssa_repro.reports import claims, early, icl, paired, seed_power
 from ssa_repro.reports import study as report
 
 SEEDS = list(range(8))
@@ -237,4 +237,7 @@ def test_claims_naming_one_family_share_their_holm_adjustment(tmp_path):
     want[hi] = max(want[lo], min(1.0, p[hi]))
     assert p[hi] > p[lo] and table.p_holm.to_numpy(float) == pytest.approx(want)
     assert set(table.family) == {"shared"}
-    assert list(paired.power_table(table.reset_index())["family k"]) == [2, 2]  # the family, not the claim
+    assert list(seed_power.power_table(table.reset_index())["family k"]) == [
+        2,
+        2,
+    ]  # the family, not the claim

@@ -10,7 +10,7 @@ import pytest
 from ssa_repro.cli import study
 from ssa_repro.config import CONF_DIR
 from ssa_repro.evaluation.choice import chosen
-from ssa_repro.reports import paired
+from ssa_repro.reports import inputs
 
 STUDIES = sorted(p.stem for p in (CONF_DIR / "study").glob("*.yaml"))
 
@@ -18,7 +18,7 @@ STUDIES = sorted(p.stem for p in (CONF_DIR / "study").glob("*.yaml"))
 @pytest.mark.parametrize("name", STUDIES)
 def test_the_report_expects_what_the_runner_evaluates(name):
     s = study.load(name)
-    expects = paired.evaluated_keys(study.report_setup(s))
+    expects = inputs.evaluated_keys(study.report_setup(s))
     names = {}  # study task key -> registered task: its task= override, else as the runner composes it
     for group, g in s.groups.items():
         for task in g.tasks:

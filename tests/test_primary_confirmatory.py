@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from statsmodels.stats.multitest import multipletests
 
 from ssa_repro.cli import study, study_schema
+from ssa_repro.reports import decide as pipeline
 from ssa_repro.reports import factorial, icl, paired, primary
 from ssa_repro.reports import study as report
 
@@ -92,8 +93,10 @@ def _old_decide(paths, setup) -> report.Decided:
     ctx = icl.context(frame)
     claims = icl.claims(frame, setup.get("claims"))
     eps = primary.declared(setup.get("primary"), ctx)
-    table = paired.claims_table(frame, claims, families=primary.claim_families(eps))
-    designs = factorial.table(frame, setup.get("factorials"), ctx, primary.design_cells(eps))
+    # the outcome kinds the study declares (issue 58: a bimodal metric gets the robust rule everywhere)
+    kinds = pipeline.outcomes(eps, claims, setup.get("factorials"))
+    table = paired.claims_table(frame, claims, families=primary.claim_families(eps), outcomes=kinds)
+    designs = factorial.table(frame, setup.get("factorials"), ctx, primary.design_cells(eps), outcomes=kinds)
     primaries = primary.decide(eps, table, designs, frame, claims)
     per_claim = table.groupby("claim", sort=False).verdict.agg(lambda v: paired.claim_verdict(list(v)))
     table["claim_verdict"] = table.claim.map(per_claim)

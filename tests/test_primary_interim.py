@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from ssa_repro.reports import primary
+from ssa_repro.reports import primary, primary_tables
 from ssa_repro.reports import study as report
 from tests.test_primary_confirmatory import CONFIRMATORY, SIGMA16, _per_seed, _setup, _sign_flip_p, _wide
 
@@ -98,7 +98,7 @@ def test_a_replication_short_of_its_seeds_is_interim_too(paths):
     assert rep.run == [0, 1, 2, 3]
     r = rep.results.set_index("endpoint").loc["ssa_sigma"]
     assert r.interim and r.verdict == "interim, 4 of 5 declared seeds: not decided"
-    note = primary.replication_note(rep, {"ssa_sigma": {}})
+    note = primary_tables.replication_note(rep, {"ssa_sigma": {}})
     assert note.endswith(
         "Interim: the fewest paired seeds an endpoint has is 4 of the 5 declared; its endpoints are "
         "decided only once each has all its seeds paired, so none is called here."
@@ -121,7 +121,7 @@ def test_a_replication_whose_endpoints_were_all_removed_is_dropped_and_numbering
 def test_interim_on_no_rows_is_a_no_op():
     empty = pd.DataFrame()
     assert primary.interim(empty, 5, 2) is empty
-    assert primary.shortfall(empty, 5, 2) == ""
+    assert primary_tables.shortfall(empty, 5, 2) == ""
 
 
 def test_seeds_run_with_no_pair_yet_are_interim_not_decided(paths, tmp_path):

@@ -219,7 +219,9 @@ def test_the_report_names_each_replications_family(two):
     assert "(family `replication 2`, k = 1)" in text
     assert "Family `replication 2`'s 1 endpoint at its Holm level α/1 = 0.05:" in text
     assert "(`replication` of 16–23; `replication 2` of 24–31, declared)" in text
-    rows = [r.split(" | ")[1] for r in text.splitlines() if r.startswith("| ") and "(n = " in r]
+    # the results table's test column (the Blocks table's seed columns also say "(n = …)": not these)
+    cells = [r.split(" | ")[1] for r in text.splitlines() if r.startswith("| ") and "(n = " in r]
+    rows = [c for c in cells if ": seeds" in c or c.startswith("all seeds")]
     assert rows[:4] == [
         "confirmatory: seeds 8–15 (n = 8)",
         "replication: seeds 16–23 (n = 8)",

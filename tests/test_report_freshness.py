@@ -1,4 +1,5 @@
-"""Committed study reports stay true: each ``docs/results/<name>.md`` (and ``<name>_claims.csv``) is what
+"""Committed study reports stay true: each ``docs/results/<name>.md`` (and ``<name>_claims.csv``, and
+``<name>_primary.csv``, the README's results table's source) is what
 today's code makes of its per-seed CSVs and ``report_inputs.json`` (``--from-csv``), apart from the line
 naming the generating command, commit and machine. A change to the statistics or a report's wording that
 is not followed by regenerating the committed reports fails here, with the command that regenerates them.
@@ -77,6 +78,11 @@ def test_a_committed_report_follows_from_its_csvs(name, tmp_path):
     assert (tmp_path / f"{name}_claims.csv").read_bytes() == (RESULTS / f"{name}_claims.csv").read_bytes(), (
         again
     )
+    # the primary endpoints' table (README's results block reads it: tests/test_readme_results.py)
+    fresh_primary, committed_primary = tmp_path / f"{name}_primary.csv", RESULTS / f"{name}_primary.csv"
+    assert fresh_primary.exists() == committed_primary.exists(), again
+    if fresh_primary.exists():
+        assert fresh_primary.read_bytes() == committed_primary.read_bytes(), again
     linked = set(re.findall(rf"!\[[^\]]*\]\({re.escape(name)}/([^)]+\.png)\)", fresh))
     assert linked and linked == {p.name for p in (RESULTS / name).glob("*.png")}, again
 

@@ -22,7 +22,7 @@ from ssa_repro.cli import study
 from ssa_repro.cli.train_app import problems
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core.plotting import saving
-from ssa_repro.reports import icl, icl_figures, icl_frame, icl_tables, paired, provenance
+from ssa_repro.reports import icl, icl_figures, icl_frame, icl_tables, paired, provenance, seed_power
 from ssa_repro.reports import study as report
 from tests.conftest import HAVE_SHARED_DATA
 
@@ -847,7 +847,7 @@ def test_power_is_at_the_claims_holm_family_size_from_the_observed_differences_w
     for r in rows:
         d = np.asarray(r["per_seed"])
         r["effect_size"] = d.mean() / d.std(ddof=1)
-    t = paired.power_table(pd.DataFrame(rows)).set_index("contrast")
+    t = seed_power.power_table(pd.DataFrame(rows)).set_index("contrast")
     assert list(t.index) == ["a", "b", "c", "d"] and list(t["family k"]) == [3, 3, 3, 1]
     assert list(t.ties) == [0, 0, 0, 3]
     assert t.loc["d", "power now (sign flip, ties)"] == 0.0

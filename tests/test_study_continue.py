@@ -13,8 +13,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from ssa_repro.cli import arguments, run_study, study
-from ssa_repro.reports import paired, provenance
+from ssa_repro.reports import inputs, provenance
 from ssa_repro.reports import study as report
+from ssa_repro.reports.tables import seed_ranges
 
 
 def _study(tmp_path: Path, **group) -> Path:
@@ -55,7 +56,7 @@ def test_more_seeds_for_a_sub_matrix_in_seed_major_order(tmp_path):
     assert [g[0] for g in got] == sorted(g[0] for g in got)
     assert {j.name for j in todo if j.seed == 4} == {"linear-ssa-preln-sigma1-s4"}
     # the report's missing-job count expects the same 13 jobs
-    lines = paired.missing_jobs(None, OmegaConf.to_container(s), lambda group, task: [])
+    lines = inputs.missing_jobs(None, OmegaConf.to_container(s), lambda group, task: [])
     assert lines == ["group `core`: 0 of 13 jobs trained and indexed"]
 
 
@@ -142,13 +143,13 @@ def test_published_jobs_count_as_trained_in_the_missing_lines_and_the_inputs_are
         ]
     )
     combined = report.trained_index(index, parts, lambda group, task: ["grid_quantifier"])
-    assert paired.missing_jobs(combined, setup, lambda group, task: ["grid_quantifier"]) == [
+    assert inputs.missing_jobs(combined, setup, lambda group, task: ["grid_quantifier"]) == [
         "group `core`: 5 of 6 jobs trained and indexed"
     ]
     # a published job counts with the evaluations its rows come from: one the study also asks for, and
     # none of its published rows hold, is missing for those jobs (the new job lacks it too)
     wants = lambda group, task: ["grid_quantifier", "deviant"]  # noqa: E731
-    assert paired.missing_jobs(report.trained_index(index, parts, wants), setup, wants) == [
+    assert inputs.missing_jobs(report.trained_index(index, parts, wants), setup, wants) == [
         "group `core`: 5 of 6 jobs trained and indexed",
         "group `core`, task `every_num`: `deviant` stored for 0 jobs",
     ]
@@ -241,7 +242,7 @@ def test_a_folder_that_is_not_a_published_report_is_refused_before_anything_runs
 
 
 def test_the_setup_table_states_the_sub_matrices_and_their_seeds(tmp_path):
-    assert report.seed_ranges([12, 8, 9, 10]) == "8–10, 12" and report.seed_ranges([1, 2]) == "1, 2"
+    assert seed_ranges([12, 8, 9, 10]) == "8–10, 12" and seed_ranges([1, 2]) == "1, 2"
     setup = OmegaConf.to_container(study.load("icl_cpu"))
     table = "\n".join(report.setup_lines(setup))
     assert "| every_num × postln: seeds 8–29; every_num × postln: seeds 30–59 |" in table

@@ -29,7 +29,10 @@ import pandas as pd
 from ssa_repro import stats
 from ssa_repro.evaluation.multiple_choice import TASKS as MC_TASKS
 from ssa_repro.reports import claims as claims_engine
-from ssa_repro.reports import paired, primary
+from ssa_repro.reports import decide as pipeline
+from ssa_repro.reports import inputs as study_inputs
+from ssa_repro.reports import paired, seed_power
+from ssa_repro.reports.decide import Decided, without_endpoints
 from ssa_repro.reports.early_cells import CHANCE, MEAN_12, MEAN_ALL, export, main_group, per_seed, read_back
 from ssa_repro.reports.early_figures import (
     perplexity_figure,
@@ -45,27 +48,18 @@ from ssa_repro.reports.early_tables import (
     regime_table,
     table3,
 )
-from ssa_repro.reports.paired import Claim
-from ssa_repro.reports.study import (
-    Decided,
-    before_declaration,
-    claims_markdown,
-    confirm,
+from ssa_repro.reports.inputs import (
     continued_inputs,
-    figure_lines,
-    finish,
-    primary_findings,
-    primary_lines,
-    provenance_lines,
+    evaluated_keys,
     read_index,
-    replicate,
     run_inputs,
     save_inputs,
-    section,
     trained_index,
     with_prior,
-    without_endpoints,
 )
+from ssa_repro.reports.markdown import claims_markdown, figure_lines, finish, provenance_lines, section
+from ssa_repro.reports.paired import Claim
+from ssa_repro.reports.primary_markdown import primary_findings, primary_lines
 from ssa_repro.stats.intervals import wilson
 
 CLAIM_NAMES = (
@@ -196,53 +190,22 @@ def compute(
 
 def decide(paths: Mapping[str, Path], setup: Mapping | None = None) -> Decided:
     """Every decision the report prints, from the published per-seed CSVs and the study's file
-    (``setup``: its ``claims:``, ``primary:`` and ``confirmatory_seeds``), as ``reports/study.py``'s
-    :func:`~ssa_repro.reports.study.decide` makes them for the ICL report: the primary endpoints (on
-    claims' contrasts; this report has no 2 × 2 designs) leave their claim's Holm family for the family
-    ``primary`` (:func:`primary.decide`), or, with confirmatory seeds, are decided on those seeds alone
-    (:func:`~ssa_repro.reports.study.confirm`) and stay on every seed in their own families."""
-    setup = setup or {}
+    (``setup``: its ``claims:``, ``primary:``, ``confirmatory_seeds`` and ``replication``), by the one
+    pipeline every report uses (:func:`ssa_repro.reports.decide.decide`; this report has no 2 × 2
+    designs)."""
+    setup = dict(setup or {})
     frame = read_back(paths)
     found_claims = claims(frame, setup.get("claims"))
     ctx = context(frame) if len(frame) and setup.get("primary") else None
-    eps = primary.declared(setup.get("primary"), ctx) if ctx else {}
-    seeds = setup.get("confirmatory_seeds") if eps else None
-    moved = eps if seeds is None else {}  # with confirmatory seeds nothing leaves its family here
-    table = (
-        paired.claims_table(frame, found_claims, families=primary.claim_families(moved))
-        if found_claims
-        else pd.DataFrame()
-    )
-    extra = {}
-    if eps and seeds is None:
-        primaries = primary.decide(eps, table, pd.DataFrame(), frame, found_claims)
-    elif eps:
-        primaries, extra = confirm(eps, seeds, frame, found_claims, None, ctx)
-        extra["explored"] = primary.all_seeds(eps, table, pd.DataFrame(), frame, found_claims)
-        extra |= replicate(eps, setup.get("replication"), frame, found_claims, None, ctx)
-        extra["earlier"] = before_declaration(extra)
-    else:
-        primaries = pd.DataFrame()
-    if len(table):
-        per_claim = table.groupby("claim", sort=False).verdict.agg(lambda v: paired.claim_verdict(list(v)))
-        table["claim_verdict"] = table.claim.map(per_claim)
-    if not len(table):
-        exploratory = table
-    elif seeds is None:
-        exploratory = table[table.family != primary.FAMILY] if eps else table
-    else:
-        exploratory = without_endpoints(table, eps)
-    ssa = [c.key for c in found_claims if c.contrast_text.startswith("SSA")]  # called SSA rows: always shown
-    found = paired.findings(exploratory, n=5, keep=ssa) if len(table) else pd.DataFrame()
-    return Decided(frame, found_claims, table, found, pd.DataFrame(), eps, primaries, **extra)
+    return pipeline.decide(frame, setup, ctx=ctx, claims=found_claims)
 
 
 # ------------------------------------------------------------------ the report
 def missing_jobs(index: pd.DataFrame | None, setup: Mapping | None) -> list[str]:
-    """What the study's config asks for and the index lacks (``paired.missing_jobs`` with the runner's
-    rule, :func:`paired.evaluated_keys`: an evaluation limited to some ``groups`` is expected only
+    """What the study's config asks for and the index lacks (``inputs.missing_jobs`` with the runner's
+    rule, :func:`inputs.evaluated_keys`: an evaluation limited to some ``groups`` is expected only
     there)."""
-    return paired.missing_jobs(index, setup, paired.evaluated_keys(setup)) if setup else []
+    return study_inputs.missing_jobs(index, setup, evaluated_keys(setup)) if setup else []
 
 
 def findings_markdown(
@@ -253,7 +216,7 @@ def findings_markdown(
     decided: Decided | None = None,
 ) -> list[str]:
     """The findings, first: the declared primary endpoints whatever they say (``decided``;
-    ``reports/study.py``'s :func:`~ssa_repro.reports.study.primary_findings`), then the contrasts the
+    ``reports/primary_markdown.py``'s :func:`~ssa_repro.reports.primary_markdown.primary_findings`), then the contrasts the
     decision rule calls, then every claim by its verdict (the claims table's, digested: what is ruled
     out, what the seeds are too few for and how many would do, what is not testable at this size), then
     the regime the matrix ran at."""
@@ -309,10 +272,10 @@ def _estimates(t: pd.DataFrame) -> str:
 def verdict_digest(found_claims, table: pd.DataFrame) -> list[str]:
     """One line per verdict other than the called ones: the claims with it and their estimates (judged
     contrasts only); for *underpowered*, the paired seeds each of its contrasts' effect (as seen) would need
-    for 80% power (``paired.power_table``). Called contrasts are the findings above it."""
+    for 80% power (``seed_power.power_table``). Called contrasts are the findings above it."""
     if table.empty:
         return []
-    power = paired.power_table(table)
+    power = seed_power.power_table(table)
     by_verdict: dict[str, list[str]] = {}
     for c in found_claims:
         t = table[table.claim == c.key]
@@ -338,6 +301,9 @@ def verdict_digest(found_claims, table: pd.DataFrame) -> list[str]:
         stats.UNDERPOWERED: "Not detected, underpowered (the interval reaches past the margin)",
         paired.NOT_LEARNED: "Not testable at this size (neither arm scores above chance)",
     }
+    for verdict in by_verdict:  # "not detected (powered for d_z …)": said as it is (called ones: above)
+        if verdict.startswith(stats.POWERED_PREFIX):
+            heads[verdict] = verdict[0].upper() + verdict[1:]
     out = []
     for verdict, head in heads.items():
         if verdict in by_verdict:
@@ -371,9 +337,9 @@ def write(
     root: Path, out_dir: Path, name: str, command: str, setup: dict | None = None, prior: Path | None = None
 ) -> Path:
     """``<out_dir>/<name>.md``, its figures and per-seed CSVs (and ``report_inputs.json``:
-    ``reports/study.py``'s :data:`~ssa_repro.reports.study.INPUTS`) in ``<out_dir>/<name>/``; returns
+    ``reports/inputs.py``'s :data:`~ssa_repro.reports.inputs.INPUTS`) in ``<out_dir>/<name>/``; returns
     the markdown's path. ``prior``: a published report's folder whose per-seed rows join the run
-    folders' (a study continued in a later session: ``reports/study.py``'s ``with_prior``, as the ICL
+    folders' (a study continued in a later session: ``reports/inputs.py``'s ``with_prior``, as the ICL
     report's). Missing data are reported, not raised."""
     root, out_dir = Path(root), Path(out_dir)
     figdir = out_dir / name
@@ -381,8 +347,10 @@ def write(
     index = read_index(root)
     parts, prior_inputs = with_prior(per_seed(index) if index is not None else {}, prior, read=read_back)
     paths = export(parts, figdir)
-    evaluated = paired.evaluated_keys(setup)
-    missing = paired.missing_jobs(trained_index(index, parts, evaluated), setup, evaluated) if setup else []
+    evaluated = evaluated_keys(setup)
+    missing = (
+        study_inputs.missing_jobs(trained_index(index, parts, evaluated), setup, evaluated) if setup else []
+    )
     inputs = run_inputs(root, index, missing, paths)
     if prior_inputs is not None:
         inputs = continued_inputs(prior_inputs, inputs, prior, root)
@@ -424,7 +392,9 @@ def render(
         "**Decision rule** (docs/statistics.md): per contrast, b − a per seed (same seed: the same initial "
         "weights and batch order under every scorer; the same Zorro pairs, held-out utterances, streams and "
         "task items for every model), averaged over seeds; a 95% expanded percentile bootstrap interval over "
-        "seeds; the sign-flip p over seeds " + stats.SIGN_FLIP_P + ", Holm-adjusted once, across the claim's contrasts (its "
+        "seeds; the sign-flip p over seeds "
+        + stats.SIGN_FLIP_P
+        + ", Holm-adjusted once, across the claim's contrasts (its "
         "family, named beside it). *yes* / *contradicted*: the interval excludes 0 (on the claimed / other "
         "side) and p_Holm < 0.05, unless both intervals lie inside ±m: then *non-zero, within ±m* (never "
         "*contradicted*); *not "
@@ -505,6 +475,6 @@ def render(
         "for the exact test ever to reach α/k) and the seeds needed for 80% at the observed d_z "
         "(`stats.power_paired`, normal theory), both at α = 0.05/k (Holm's first step: the power is a lower "
         "bound).",
-        paired.power_table(table) if len(table) else None,
+        seed_power.power_table(table) if len(table) else None,
     )
-    return finish(lines, table, missing, setup, out_dir, name, after_missing=GPU_LINES)
+    return finish(lines, table, missing, setup, out_dir, name, after_missing=GPU_LINES, decided=decided)

@@ -69,13 +69,18 @@ def problems(entries, file: str, names) -> list[str]:
 
 
 def table(
-    frame: pd.DataFrame, entries: Mapping | None, ctx: claims_engine.Context, primary=()
+    frame: pd.DataFrame,
+    entries: Mapping | None,
+    ctx: claims_engine.Context,
+    primary=(),
+    outcomes: Mapping[str, stats.Outcome] | None = None,
 ) -> pd.DataFrame:
     """One row per design × cell × effect (``design``, ``text``, ``cell``, ``effect``, ``metric``,
     ``n_seeds``, ``estimate``, ``low``, ``high``, ``p_value``, ``p_holm``, ``family``, ``family_k``,
     ``verdict``, ``margin``, ``scale``, ``per_seed``, ``claimed_sign``, ``means`` (the four cells' seed
     means over the paired seeds: {(i, j): mean})); ``primary``: the (design, cell, effect) declared
-    primary, whose family is ``primary`` (their Holm p is :mod:`~ssa_repro.reports.primary`'s)."""
+    primary, whose family is ``primary`` (their Holm p is :mod:`~ssa_repro.reports.primary`'s);
+    ``outcomes``: the study's outcome kinds by metric (a bimodal metric: the robust rule)."""
     rows = []
     for name, e in (entries or {}).items():
         e = claims_engine.fill(e, ctx)
@@ -123,20 +128,21 @@ def table(
         return out
     out["p_holm"] = out.groupby("family", sort=False).p_value.transform(lambda p: stats.holm(p.to_numpy()))
     out["family_k"] = out.groupby("family", sort=False).p_value.transform("size")
-    out["verdict"] = [rule(r) for _, r in out.iterrows()]
+    out["verdict"] = [rule(r, (outcomes or {}).get(r["metric"])) for _, r in out.iterrows()]
     return out
 
 
-def rule(r) -> str:
-    """The decision rule on a factorial row (its ``p_holm``): an interaction is claimed in neither
-    direction, so a called one is "non-zero" (or "non-zero, within ±m"), never "yes"/"contradicted"."""
-    v = stats.verdict(
+def rule(r, outcome: stats.Outcome | None = None) -> str:
+    """The decision rule on a factorial row (its ``p_holm``; :func:`stats.decide` with the metric's
+    declared ``outcome``): an interaction is claimed in neither direction, so a called one is
+    "non-zero" (or "non-zero, within ±m"), never "yes"/"contradicted"."""
+    v = stats.decide(
         r["_contrast"],
+        outcome=outcome or stats.Outcome(),
         margin=r["margin"],
         claimed_sign=r["claimed_sign"],
-        p_adjusted=r["p_holm"],
-        inside_margin=True,
-    )
+        p_holm=r["p_holm"],
+    ).verdict
     if r["effect"] == "AxB" and v in (stats.YES, stats.CONTRADICTED):
         return "non-zero"
     return v

@@ -254,8 +254,8 @@ def linear_table1(frame: pd.DataFrame, base: tuple[str, str] = BASE) -> pd.DataF
 
 def generalising(frame: pd.DataFrame, base: tuple[str, str] = BASE, threshold: float = 0.1) -> pd.DataFrame:
     """Seeds whose σ-shift sequence error (training lengths, largest σ) stays below ``threshold``, per
-    quantifier task, softmax vs SSA, with Fisher's exact test (bimodal outcomes: a seed generalises or
-    not)."""
+    quantifier task, softmax vs SSA over the seeds with both arms, with the exact McNemar test on the
+    discordant seeds (paired by seed: a seed generalises or not under each scorer)."""
     ax = axes(frame)
     if ax["sigma_max"] is None:
         return pd.DataFrame()
@@ -274,19 +274,24 @@ def generalising(frame: pd.DataFrame, base: tuple[str, str] = BASE, threshold: f
             summary=summ,
         )
         for task in [t for t in QUANT if t in set(g.task)]:
-            a = g[(g.task == task) & (g.scorer == "softmax")].value
-            b = g[(g.task == task) & (g.scorer == "ssa")].value
-            if not len(a) or not len(b):
+            wide = g[g.task == task].pivot_table(
+                index="seed", columns="scorer", values="value", aggfunc="first"
+            )
+            if not {"softmax", "ssa"} <= set(wide.columns):
                 continue
-            ka, kb = int(stats.generalises(a, threshold).sum()), int(stats.generalises(b, threshold).sum())
-            test = stats.fraction_test(ka, len(a), kb, len(b))
+            wide = wide[["softmax", "ssa"]].dropna()  # paired: the seeds with both arms
+            if not len(wide):
+                continue
+            ga, gb = stats.generalises(wide.softmax, threshold), stats.generalises(wide.ssa, threshold)
+            test = stats.mcnemar_exact(ga, gb)
             rows.append(
                 {
                     "task": TASK_TEXT[task],
                     "where": where,
-                    "softmax": f"{ka}/{len(a)}",
-                    "SSA": f"{kb}/{len(b)}",
-                    "Fisher p": round(test.p_value, 3),
+                    "softmax": f"{int(ga.sum())}/{len(wide)}",
+                    "SSA": f"{int(gb.sum())}/{len(wide)}",
+                    "only softmax / only SSA": f"{test.n10} / {test.n01}",
+                    "McNemar p": f"{test.p_value:.2g}",
                 }
             )
     return pd.DataFrame(rows)

@@ -36,16 +36,24 @@ def length_curves(frame: pd.DataFrame) -> pd.DataFrame:
     return c.assign(sigma_x=parts[0].astype(float), length=parts[1].astype(int), ratio=parts[2].astype(float))
 
 
+LEARNED_BELOW = 0.1  # a seed learned: its error at least 10% of the baseline's below it (and the margin)
+
+
 def length_learned(frame: pd.DataFrame, ratio: float | None = 1.0) -> pd.DataFrame:
     """Whether each length task's model learned it: per group × task × architecture × scorer (× test
     length), the seed-mean error at σ_x = 1 against the best label-rule baseline's at the same length
-    (``baseline``, the lowest seed-mean of the baselines; they do not depend on the model); ``learned``
-    when the model's is lower by more than the metric's margin (``stats.MARGINS``: 0.02 for token error).
+    (``baseline``, the lowest seed-mean of the baselines; they do not depend on the model); a seed has
+    learned where its own error is lower by more than the metric's margin (``stats.MARGINS``: 0.02 for
+    token error) and by more than :data:`LEARNED_BELOW` of the baseline's error, and the arm is
+    ``learned`` where at least half its seeds have (``seeds learned``: k/n). Issue 58: MQAR with
+    learned positions, softmax per seed [0.000, 0.844, …, 0.846] against a baseline 0.8687, was called
+    learned by its mean (0.7255) though one seed of seven learned, and the others sit 0.02-0.025 under
+    the baseline, at chance for this task.
     ``ratio``: the test length as a multiple of the training length (1: the training length, the report's
     table), or None for every length, with ``ratio`` and ``summary`` columns (what the judge of a contrast
     reads: a contrast at 16× is judged by what the models do at 16×, not at 1×). The paper's tasks
     (quantifiers, linear) are not listed: their claims read their own cells."""
-    cols = ["group", "task", "arch", "scorer", "model", "baseline", "learned"]
+    cols = ["group", "task", "arch", "scorer", "model", "baseline", "seeds learned", "learned"]
     keys = ["group", "task", "arch", "scorer"] + ([] if ratio is not None else ["ratio", "summary"])
     cols = keys + cols[4:]
     c = length_curves(frame)
@@ -54,15 +62,22 @@ def length_learned(frame: pd.DataFrame, ratio: float | None = 1.0) -> pd.DataFra
     c = c[np.isclose(c.sigma_x, 1.0) & ~c.task.isin([*QUANT, "linear"])]
     if ratio is not None:
         c = c[np.isclose(c.ratio, ratio)]
-    model = c[c.predictor == "model"].groupby(keys).value.mean()
+    per_seed = c[c.predictor == "model"].groupby([*keys, "seed"]).value.mean()
+    model = per_seed.groupby(keys).mean()
     if model.empty:
         return pd.DataFrame(columns=cols)
     at = ["task"] + ([] if ratio is not None else ["ratio"])
     base = c[c.predictor != "model"].groupby([*at, "predictor"]).value.mean().groupby(at).min()
     out = model.rename("model").reset_index()
     out["baseline"] = [base.get(tuple(k) if len(at) > 1 else k[0], np.nan) for k in out[at].to_numpy()]
-    margin = [stats.MARGINS.get(curve_metric(t), 0.0) for t in out.task]
-    out["learned"] = (out.model < out.baseline - margin) | out.baseline.isna()
+    out["margin"] = [stats.MARGINS.get(curve_metric(t), 0.0) for t in out.task]
+    seeds = per_seed.rename("seed_value").reset_index().merge(out[[*keys, "baseline", "margin"]], on=keys)
+    gap = np.maximum(seeds.margin, LEARNED_BELOW * seeds.baseline)
+    seeds["learned"] = (seeds.seed_value < seeds.baseline - gap) | seeds.baseline.isna()
+    k = seeds.groupby(keys).learned.agg(["sum", "size"])
+    hit = k.reindex(pd.MultiIndex.from_frame(out[keys]))
+    out["seeds learned"] = [f"{int(a)}/{int(b)}" for a, b in zip(hit["sum"], hit["size"])]
+    out["learned"] = (2 * hit["sum"].to_numpy() >= hit["size"].to_numpy()) | out.baseline.isna().to_numpy()
     return out[cols]
 
 

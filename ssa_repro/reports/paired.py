@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import gzip
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,9 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ssa_repro import stats
-from ssa_repro.core import matrix
 from ssa_repro.core.atomic import write_bytes, write_text
-from ssa_repro.evaluation.choice import chosen
 from ssa_repro.evaluation.store import stored
 
 JOB_COLUMNS = ["group", "task", "scorer", "arch", "train_sigma", "seed"]
@@ -246,6 +244,7 @@ def claims_table(
     *,
     n_boot: int = 4000,
     families: Mapping[tuple[str, str], str] | None = None,
+    outcomes: Mapping[str, stats.Outcome] | None = None,
 ) -> pd.DataFrame:
     """Every contrast of every claim (:func:`stats.contrast_table`, Holm within each claim's family: the
     claim itself unless claims name a shared ``family``; ``families`` {(claim, contrast): family} moves
@@ -256,7 +255,8 @@ def claims_table(
     ``effect_size``, ``per_seed``, ``mean_a``, ``mean_b``). The verdict is :func:`stats.verdict`'s with
     ``inside_margin``: a significant effect inside ±m is "non-zero, within ±m", never "contradicted";
     ``mean_a``/``mean_b`` are over the seeds the contrast pairs (both arms measured), the seeds its
-    estimate is the mean over."""
+    estimate is the mean over. ``outcomes``: the study's declared outcome kinds by metric
+    (``reports/decide.py``: a bimodal metric gets the robust rule in every row)."""
     p = pairs(frame, claims)
     if p.empty:
         return pd.DataFrame()
@@ -283,6 +283,7 @@ def claims_table(
         family=["family"],
         n_boot=n_boot,
         inside_margin=True,
+        outcome=dict(outcomes or {}),
     )
     parts = []
     if judged.any():
@@ -312,7 +313,8 @@ def claims_table(
 def claim_verdict(verdicts: Sequence[str]) -> str:
     """A claim's verdict from its contrasts' (one per task): every one "yes" → yes; some "yes" →
     partly; else any "contradicted" → contradicted; every one "within ±m" → within; every one within
-    ±m, some of them non-zero → "non-zero, within ±m"; else underpowered;
+    ±m, some of them non-zero → "non-zero, within ±m"; every one within ±m or not detected where its
+    declared effect had the power → "not detected (powered for …)"; else underpowered;
     no contrast → "not measured". Contrasts :data:`NOT_LEARNED` do not count (all of them: NOT_LEARNED)."""
     v = list(verdicts)
     if not v:
@@ -330,6 +332,9 @@ def claim_verdict(verdicts: Sequence[str]) -> str:
         return stats.WITHIN
     if all(x in (stats.WITHIN, stats.NONZERO_WITHIN) for x in v):
         return stats.NONZERO_WITHIN
+    powered = [x for x in v if x.startswith(stats.POWERED_PREFIX)]
+    if powered and all(x == stats.WITHIN or x in powered for x in v):
+        return powered[0]  # every contrast not detected where it had the power (or within ±m)
     return stats.UNDERPOWERED
 
 
@@ -370,12 +375,17 @@ def findings(
     ranked by |estimate| / margin (the effect in units of what matters for the metric), at most one per
     claim (its largest); the claims whose key starts with one in ``first`` (e.g. the architecture's) lead
     when called. At most ``n`` rows, and after them every called row of the claims in ``keep`` (the SSA
-    claims: an effect for or against SSA that the rule calls is never left out of the findings)."""
+    claims: an effect for or against SSA that the rule calls is never left out of the findings). Rows
+    with the same per-seed values (one measurement under two claims) count once."""
     if table.empty:
         return table
     called = table[table.verdict.isin([stats.YES, stats.CONTRADICTED])].copy()
     if called.empty:
         return called
+    # one measurement under two claims (e.g. a post-LN model's stream and its first attention's input at
+    # layer 0: one tensor) is one finding: the first claim's
+    if "per_seed" in called:
+        called = called[~called.per_seed.map(tuple).duplicated()]
     kept = called[called.claim.isin(list(keep))]
     called = called[~called.claim.isin(list(keep))]
     if called.empty:
@@ -439,125 +449,3 @@ def ssa_effect_lines(table: pd.DataFrame | None, claims) -> list[str]:
             f"{int(r['n_seeds'])} seeds worse with SSA, raw p {r['p_value']:.2g} ({holm_text(r)})."
         )
     return lines
-
-
-# ------------------------------------------------------------------ the rule and its power
-def rule_error_rates(n_seeds: Sequence[int], n_sim: int = 400, rho: float = 0.5) -> pd.DataFrame:
-    """The decision rule's simulated error rates (:func:`stats.simulate_rule`) at the study's seed
-    counts: the false-positive rate (Δ = 0) and the detection rate at Δ = 1 and 2 seed SDs, with ρ the
-    correlation of an arm pair within a seed, beside the old overlap rule's."""
-    rows = []
-    for n in sorted(set(int(k) for k in n_seeds if k >= 2)):
-        for effect in (0.0, 1.0, 2.0):
-            r = stats.simulate_rule(n, effect, rho, n_sim=n_sim, n_boot=1000)
-            rows.append(
-                {
-                    "seeds": n,
-                    "Δ (seed SDs)": effect,
-                    "called (rule)": r["separated"] if effect == 0 else r["yes"],
-                    "called (old overlap rule)": r["overlap"],
-                    "paired t": r["paired_t"],
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def seeds_for(dz: float, power: float = 0.8, most: int = 500, alpha: float = 0.05) -> str:
-    """The fewest paired seeds with :func:`stats.power_paired` ≥ ``power`` at ``alpha`` (what
-    :func:`stats.seeds_needed` computes, by counting up: its solver fails for very large d_z), or ``> most``."""
-    for n in range(2, most + 1):
-        if stats.power_paired(dz, n, alpha) >= power:
-            return str(n)
-    return f"> {most}"
-
-
-POWER_SIMULATIONS = 1000  # resamples per contrast for the sign-flip power: Monte Carlo SE ≤ 0.016
-
-
-def observed_power(per_seed, alpha: float) -> float:
-    """The power of the exact sign-flip test at ``alpha`` for differences like the observed ``per_seed``
-    d_s, ties (zero d_s) held as they are (:func:`stats.power_sign_flip`, ``ties="conditional"``): 0
-    where the non-zero d_s are too few for the test ever to reach ``alpha`` (3 ties among 8 seeds:
-    smallest p 2^−4 = 0.0625), which the normal-theory power of d_z does not see."""
-    d = np.asarray(per_seed, dtype=float)
-    if len(d) < 2 or not np.any(d):
-        return 0.0
-    return float(stats.power_sign_flip(d, alpha, n_sim=POWER_SIMULATIONS, seed=0))
-
-
-def power_table(table: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
-    """Per judged contrast with an effect size: the seeds it used (and how many of them tie, d_s = 0),
-    its d_z, its Holm family and that family's size k, the power at those seeds from the observed d_s
-    (:func:`observed_power`: the exact sign-flip test, ties included) and the seeds needed for 80% power
-    at the effect d_z (:func:`seeds_for`, normal theory), both at α/k: Holm's first step, so the power is
-    a lower bound and the seeds an upper one. A family of k needs k · 2^(1−n') < α (n' the non-zero d_s)
-    before the exact sign-flip test can call anything."""
-    judged = table[table.verdict != NOT_LEARNED] if "verdict" in table else table
-    rows = []
-    for r in judged.itertuples():
-        dz = r.effect_size
-        if not np.isfinite(dz) or dz == 0:
-            continue
-        k = int(r.family_k)
-        d = np.asarray(r.per_seed, dtype=float)
-        rows.append(
-            {
-                "claim": r.claim,
-                "contrast": r.contrast,
-                "family": r.family,
-                "family k": k,
-                "seeds": int(r.n_seeds),
-                "ties": int(np.sum(d == 0)),
-                "d_z": round(float(dz), 2),
-                "power now (sign flip, ties)": round(observed_power(d, alpha / k), 2),
-                "seeds for 80%": seeds_for(dz, alpha=alpha / k),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-# ------------------------------------------------------------------ missing data
-def missing_jobs(
-    index: pd.DataFrame | None, setup: Mapping | None, evaluated: Callable[[str, str], list[str]]
-):
-    """Lines naming what the study's config asks for and the index lacks: per group, jobs not in the
-    index, and evaluations (``evaluated(group, task)``: the evaluation keys that run on a job of that
-    study task key in that group, :func:`evaluated_keys`) not stored."""
-    if not setup:
-        return []
-    lines = []
-    have = index if index is not None else pd.DataFrame(columns=["group", "task", "job", "evaluation"])
-    for group, g in setup.get("groups", {}).items():
-        expected = len(matrix.group_cells(g, setup.get("seeds", [])))  # with its `more` sub-matrices
-        rows = have[have.group == group]
-        got = rows.job.nunique() if len(rows) else 0
-        if got < expected:
-            lines.append(f"group `{group}`: {got} of {expected} jobs trained and indexed")
-        for task in g["tasks"]:
-            want = evaluated(group, task)
-            t = rows[rows.task == task]
-            for key in want:
-                n = t[t.evaluation == key].job.nunique() if len(t) else 0
-                if n < t.job.nunique() or (got and not len(t)):
-                    lines.append(f"group `{group}`, task `{task}`: `{key}` stored for {n} jobs")
-    return lines
-
-
-def evaluated_keys(setup: Mapping | None) -> Callable[[str, str], list[str]]:
-    """(group, study task key) → the study's evaluation keys that run on such a job: the runner's rule
-    (:func:`ssa_repro.evaluation.choice.chosen`) on the key's registered task: from ``task_names`` where
-    the setup has it (``cli/study.py`` ``report_setup``: as the runner composes it), else the key's
-    ``task=`` override, else the key itself."""
-    setup = setup or {}
-    evals, tasks, names = setup.get("evaluations", {}), setup.get("tasks", {}), setup.get("task_names", {})
-
-    def registered(task: str) -> str:
-        if task in names:
-            return names[task]
-        named = [o.split("=", 1)[1] for o in tasks.get(task, []) if o.startswith("task=")]
-        return named[-1] if named else task
-
-    def which(group: str, task: str) -> list[str]:
-        return chosen(evals, registered(task), group)
-
-    return which

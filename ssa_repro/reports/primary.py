@@ -19,7 +19,7 @@ Each entry of ``primary:`` names one contrast the report already computes, eithe
 With k declared endpoints, each is tested at Holm's level over the k (family ``primary``): its one
 Holm p replaces the one it had in its claim's or design's family (which it leaves). The power at the
 seeds run is given twice: for the planned d_z (:func:`stats.power_for_endpoint`, normal theory) and
-for the observed differences, ties included (:func:`paired.observed_power`); the seeds needed for 80%
+for the observed differences, ties included (:func:`seed_power.observed_power`); the seeds needed for 80%
 power at α/k are :func:`stats.plan_table`'s.
 
 A study that gives ``confirmatory_seeds`` (the seeds run after the endpoints were declared) decides the
@@ -36,7 +36,7 @@ does not change the level of one already read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,8 +44,8 @@ import pandas as pd
 
 from ssa_repro import stats
 from ssa_repro.reports import claims as claims_engine
-from ssa_repro.reports import paired
-from ssa_repro.reports.tables import seed_ranges
+from ssa_repro.reports import paired, seed_power
+from ssa_repro.stats.decision import TESTS
 
 FAMILY = "primary"
 KEYS = (
@@ -59,9 +59,11 @@ KEYS = (
     "threshold",
     "discordance",
     "max_jump",
+    "kind",
+    "decide_by",
 )
+KINDS = ("continuous", "bimodal", "ratio")  # an endpoint's declared ``kind`` (stats.decision's)
 ALPHA = 0.05
-SIM_SEEDS = (6, 8, 10)  # the robust rule's simulated error rates where no endpoint has been decided yet
 NOTE = (
     "The studies were run before these endpoints were declared (issue 38): they are declared now, for the "
     "next runs, and answered here with the seeds already run, at the power printed. Everything else in "
@@ -106,75 +108,6 @@ def replications(declared) -> list[Replication]:
     ]
 
 
-def replication_note(rep: Replication, eps: Mapping | None = None, i: int = 0, alone: bool = True) -> str:
-    """The *Primary endpoints* section's paragraph for a declared replication (``i``: its place in the
-    declared order; ``alone``: the only one declared): new seeds for some endpoints, declared after the
-    confirmatory test had been read, deciding them again on those seeds alone (``rep.run``: those in
-    the data)."""
-    names = [n for n in rep.endpoints if n in (eps or {})]
-    declared = seed_ranges(rep.seeds)
-    ordinal = ORDINALS[i] if i < len(ORDINALS) else "Another"
-    later = " and the earlier replications" if i else ""
-    head = (
-        f"{ordinal} replication was declared after the confirmatory test{later} had been read and before "
-        f"seeds {declared} were run: {len(names)} of the endpoints ({', '.join(names)}) tested again on "
-        f"those new seeds alone, Holm over {'the ' + str(len(names)) if len(names) > 1 else 'it alone'} "
-        f"(family `{rep.family}`, k = {len(names)}). The confirmatory seeds are not extended (a "
-        "second look at them would spend their α again); "
-        + (
-            "the two tests stand side by side, neither overrides the other. "
-            if i == 0 and alone
-            else "the tests stand side by side, none overrides another. "
-        )
-    )
-    if not len(rep.run):
-        return head + f"{NO_REPLICATION.capitalize()}: none of seeds {declared} is in this report's data."
-    head += f"Seeds in the data: {seed_ranges(rep.run)} ({len(rep.run)} of the {len(rep.seeds)} declared)."
-    short = shortfall(rep.results, len(rep.seeds), len(rep.endpoints), rep.run)
-    if short:
-        head += (
-            f" Interim: {short}; its endpoints are decided only once each has all its seeds paired, so none "
-            "is called here."
-        )
-    return head
-
-
-def note(confirmatory=None, run=(), earlier=(), short: str = "") -> str:
-    """The *Primary endpoints* section's opening: :data:`NOTE` without ``confirmatory`` seeds; with them,
-    that the endpoints were declared after the ``earlier`` seeds had been run and before the
-    confirmatory ones, which alone decide them (``run``: those of them in the data; ``short``:
-    :func:`shortfall`'s words where the test is interim)."""
-    if confirmatory is None:
-        return NOTE
-    declared = seed_ranges(confirmatory)
-    before = f"after seeds {seed_ranges(earlier)} had been run" if len(earlier) else "after the first runs"
-    head = (
-        f"These endpoints were declared (issue 38) {before}, partly in view of what those seeds showed, "
-        f"and before the confirmatory seeds {declared} were run. "
-    )
-    if not len(run):
-        return head + (
-            f"No confirmatory seeds run yet: none of seeds {declared} is in this report's data, so no "
-            "endpoint is decided here; the estimates on the seeds run are shown, exploratory (the seeds "
-            "that suggested the hypotheses cannot test them). Everything else in this report is "
-            "exploratory, each contrast corrected within its own stated family."
-        )
-    if short:
-        head += (
-            f"Interim: {short} ({len(run)} of the {len(confirmatory)} confirmatory seeds are in this report's "
-            f"data: {seed_ranges(run)}). The endpoints are decided only once each has all its declared seeds "
-            "paired (a call at each look at part of the sample would spend α again), so no endpoint is "
-            "called here: each shows its estimate, interval and p on the seeds run so far, marked interim. "
-        )
-    return head + (
-        f"Each endpoint is decided on the confirmatory seeds alone ({seed_ranges(run)}: "
-        f"{len(run)} of the {len(confirmatory)} declared in the data), Holm over the k endpoints; beside it the "
-        "same contrast on every seed, exploratory, in its own claim's or design's family (the earlier "
-        "seeds suggested the hypotheses, so they do not test them). Everything else in this report is "
-        "exploratory, each contrast corrected within its own stated family."
-    )
-
-
 def interim(results: pd.DataFrame, declared: int, k: int) -> pd.DataFrame:
     """A confirmatory test (or a replication's) decided on part of its declared seeds is an interim look:
     its verdicts are withheld until each of its ``k`` endpoints has all ``declared`` paired seeds.
@@ -193,21 +126,6 @@ def interim(results: pd.DataFrame, declared: int, k: int) -> pd.DataFrame:
     if short:
         out["verdict"] = [INTERIM.format(n=int(n), of=declared) for n in out.n_seeds]
     return out
-
-
-def shortfall(results: pd.DataFrame, declared: int, k: int, run=()) -> str:
-    """Why a test is interim (:func:`interim`), in words; "" when it is complete, or when none of its
-    seeds is in the data (``run`` empty: "no … seeds run yet" is said instead)."""
-    if not len(results):  # seeds run, none paired yet (an arm still missing): interim too
-        return f"none of the {k} endpoints has a paired seed yet" if len(run) else ""
-    if not bool(results.interim.any()):
-        return ""
-    if len(results) < k:
-        missing = k - len(results)
-        return f"{missing} of the {k} endpoints {'have' if missing > 1 else 'has'} no paired seed yet"
-    return (
-        f"the fewest paired seeds an endpoint has is {int(results.n_seeds.min())} of the {declared} declared"
-    )
 
 
 def problems(entries, file: str, claim_keys=None, designs=()) -> list[str]:
@@ -271,9 +189,61 @@ def problems(entries, file: str, claim_keys=None, designs=()) -> list[str]:
                 and all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in v)
             ):
                 out.append(f"{at}.discordance={v!r} is not allowed; allowed: [p10, p01], probabilities")
+        out += _kind_problems(e, at)
         if claim_keys is not None and by_claim and e["claim"] not in claim_keys:
             out.append(f"{at}.claim={e['claim']!r} names no claim; allowed: {', '.join(sorted(claim_keys))}")
     return out
+
+
+def _kind_problems(e: Mapping, at: str) -> list[str]:
+    """An endpoint's ``kind`` and ``decide_by`` against what it declares: bimodal needs a threshold
+    (and a threshold means bimodal); McNemar decides only a bimodal endpoint."""
+    out = []
+    kind = e.get("kind")
+    if kind is not None and kind not in KINDS:
+        out.append(f"{at}.kind={kind!r} is not allowed; allowed: {', '.join(KINDS)}")
+    if kind in ("continuous", "ratio") and "threshold" in e:
+        out.append(f"{at}.kind={kind!r} with a threshold; allowed: kind bimodal (a threshold declares it)")
+    if kind == "bimodal" and "threshold" not in e:
+        out.append(f"{at}.kind='bimodal' needs threshold (the error below which a seed generalises)")
+    by = e.get("decide_by")
+    if by is not None and by not in TESTS:
+        out.append(f"{at}.decide_by={by!r} is not allowed; allowed: {', '.join(TESTS)}")
+    if by == "mcnemar" and "threshold" not in e:
+        out.append(f"{at}.decide_by='mcnemar' needs threshold (McNemar decides a bimodal endpoint)")
+    return out
+
+
+def outcome(e: Mapping) -> stats.Outcome:
+    """An endpoint's declared outcome: bimodal with its threshold (and ``decide_by``) where it declares
+    one, else continuous (a ratio's log scale is its metric's)."""
+    if "threshold" not in e:
+        return stats.Outcome(e.get("kind", "continuous") if e.get("kind") == "ratio" else "continuous")
+    return stats.Outcome(
+        stats.BIMODAL,
+        threshold=float(e["threshold"]),
+        max_jump=float(e.get("max_jump", 1.0)),
+        decide_by=e.get("decide_by", "sign_flip"),
+    )
+
+
+def planned(e: Mapping) -> float:
+    """The one planned d_z of an endpoint: its ``effect``, or less where its ``discordance`` allows
+    less (:func:`stats.planned_dz`)."""
+    return stats.planned_dz(float(e["effect"]), e.get("discordance"))
+
+
+def endpoint_metric(e: Mapping, claims, factorials: Mapping | None = None) -> str | None:
+    """The metric an endpoint is measured on: its claim's contrast's, or its design's; None where the
+    claim or design is not there."""
+    if "claim" in e:
+        for c in claims:
+            if c.key == e["claim"]:
+                hit = [s.metric for s in c.specs if s.label == e["contrast"]]
+                return hit[0] if hit else (c.specs[0].metric if c.specs else None)
+        return None
+    design = (factorials or {}).get(e.get("factorial"))
+    return design.get("metric") if isinstance(design, Mapping) else None
 
 
 def effect_key(e: Mapping) -> tuple:
@@ -327,27 +297,30 @@ def decide(
     found = [(name, e, *hit) for name, e in eps.items() if (hit := _find(e, table, designs))]
     if not found:
         return pd.DataFrame()
-    # Holm over the k declared endpoints: one not found (not run, not learned) counts as p = 1, so the
-    # found ones are not adjusted over fewer tests than the k printed
-    ps = np.array([r["p_value"] for *_, r in found] + [1.0] * (k - len(found)))
-    p_holm = stats.holm(ps)[: len(found)]
+    binaries = [
+        binary_outcome(e, r, frame, claims) if where == "claim" else None for _, e, where, _, r in found
+    ]
+    tests = [stats.test_p(_contrast(r), outcome(e), b) for (_, e, *_, r), b in zip(found, binaries)]
+    # Holm over the k declared endpoints, each with the p of the test that decides it (McNemar's where
+    # declared): one not found (not run, not learned) counts as p = 1, so the found ones are not
+    # adjusted over fewer tests than the k printed
+    p_holm = stats.holm(np.array(tests + [1.0] * (k - len(found))))[: len(found)]
     rows = []
-    for (name, e, where, idx, r), ph in zip(found, p_holm):
+    for (name, e, where, idx, r), ph, binary in zip(found, p_holm, binaries):
         c = _contrast(r)
         sign = int(r["claimed_sign"])
-        binary = binary_outcome(e, r, frame, claims) if where == "claim" else None
-        if binary is not None:
-            v = stats.robust_verdict(
-                c,
-                margin=r["margin"],
-                claimed_sign=sign,
-                threshold=float(e["threshold"]),
-                max_jump=float(e.get("max_jump", 1.0)),
-                p_adjusted=ph,
-                inside_margin=True,
-            )
-        else:
-            v = stats.verdict(c, margin=r["margin"], claimed_sign=sign, p_adjusted=ph, inside_margin=True)
+        dec = stats.decide(
+            c,
+            outcome=outcome(e),
+            margin=r["margin"],
+            claimed_sign=sign,
+            p_holm=ph,
+            alpha=ALPHA,
+            effect=planned(e),
+            k=k,
+            binary=binary["mcnemar"] if binary else None,
+        )
+        v = dec.verdict
         target = table if where == "claim" else designs
         target.loc[idx, ["p_holm", "family", "family_k", "verdict"]] = [ph, family, k, v]
         d = np.asarray(r["per_seed"], dtype=float)
@@ -363,14 +336,16 @@ def decide(
                 "margin": r["margin"],
                 "n_seeds": n,
                 "ties": int(np.sum(d == 0)),
-                "p_value": r["p_value"],
+                "p_value": dec.p_value,
+                "test": dec.test,
                 "p_holm": ph,
                 "k": k,
                 "family": family,
-                "planned d_z": float(e["effect"]),
-                "power (planned d_z)": stats.power_for_endpoint(float(e["effect"]), n, k=k, alpha=ALPHA),
-                "power (observed d_s, ties)": paired.observed_power(d, ALPHA / k),
+                "planned d_z": planned(e),
+                "power (planned d_z)": dec.power,
+                "power (observed d_s, ties)": seed_power.observed_power(d, ALPHA / k),
                 "verdict": v,
+                "claimed_sign": sign,
                 "binary": binary,
                 "claimed_side": bool(np.sign(r["estimate"]) == sign) if r["estimate"] else None,
                 "about_ssa": about_ssa(e, r, claims),
@@ -455,149 +430,3 @@ def binary_outcome(e: Mapping, r, frame: pd.DataFrame, claims) -> dict | None:
     ga, gb = stats.generalises(wide["a"], t), stats.generalises(wide["b"], t)
     m = stats.mcnemar_exact(ga, gb)
     return {"threshold": t, "a": int(ga.sum()), "b": int(gb.sum()), "n": len(wide), "mcnemar": m}
-
-
-def plan(eps: Mapping[str, Mapping], k: int) -> pd.DataFrame:
-    """:func:`stats.plan_table` of the endpoints (continuous, and the binary one of each that declares a
-    ``discordance``), at α/k: the seeds each needs for 80% power."""
-    rows = []
-    for name, e in eps.items():
-        rows.append({"name": name, "kind": "continuous", "effect": float(e["effect"])})
-        if "discordance" in e:
-            rows.append(
-                {
-                    "name": f"{name} (generalises)",
-                    "kind": "binary",
-                    "effect": tuple(float(x) for x in e["discordance"]),
-                    "threshold": float(e["threshold"]),
-                }
-            )
-    t = stats.plan_table(rows, k=k, alpha=ALPHA)
-    return t.drop(columns=["margin"]).assign(level=lambda x: x.level.round(4))
-
-
-def simulated_rates(
-    margin: float, threshold: float, max_jump: float, seeds: Sequence[int] = SIM_SEEDS
-) -> pd.DataFrame:
-    """The equivalence rules' simulated error rates (:func:`stats.simulate_equivalence`, seeded) at a
-    true effect of exactly ±m (a "within ±m" call there is false) and at 0, with normal and bimodal
-    seed outcomes (10% of seeds jump by ``max_jump``): the plain rule's and the robust rule's, at each
-    seed count in ``seeds`` (the counts the endpoints were decided at)."""
-    rows = []
-    for n in sorted({int(x) for x in seeds}):
-        for model in ("normal", "bimodal"):
-            for effect in (margin, 0.0):
-                r = stats.simulate_equivalence(
-                    n,
-                    effect,
-                    margin,
-                    model=model,
-                    sd=margin / 2,
-                    jump=max_jump,
-                    threshold=threshold,
-                    max_jump=max_jump,
-                    n_sim=300,
-                    n_boot=500,
-                    seed=0,
-                )
-                rows.append(
-                    {
-                        "seeds": n,
-                        "outcomes": model,
-                        "true effect": f"{effect:g}",
-                        "“within ±m” (plain rule)": round(r["within"], 3),
-                        "“within ±m” (robust rule)": round(r["within_robust"], 3),
-                    }
-                )
-    return pd.DataFrame(rows)
-
-
-def results_table(
-    decided: pd.DataFrame,
-    explored: pd.DataFrame | None = None,
-    run=None,
-    eps: Mapping | None = None,
-    reps: Sequence[Replication] = (),
-) -> pd.DataFrame:
-    """The report's table: per endpoint the estimate with its interval, seeds (ties), p raw and p_Holm
-    in the primary family, the power at the seeds run (planned d_z; observed d_s), the verdict, and for
-    a bimodal endpoint the seeds that generalise per arm with McNemar's p.
-
-    With confirmatory seeds (``explored``: :func:`all_seeds`; ``run``: the confirmatory seeds in the
-    data; ``eps``: the endpoints, in their order): two rows per endpoint, first the confirmatory test
-    (``decided``: on those seeds alone; "no confirmatory seeds run yet" where it has none), then the
-    same contrast on every seed, exploratory, with the p_Holm of its own family and no power. With
-    replications (``reps``, :class:`Replication` decided): between the two, each replication's row of
-    each endpoint it names, in the declared order."""
-    if explored is None:
-        return pd.DataFrame([{"endpoint": r["text"], **_result_row(r)} for _, r in decided.iterrows()])
-    run = sorted(int(x) for x in (run or ()))
-
-    conf = decided.set_index("endpoint") if len(decided) else pd.DataFrame()
-    every = explored.set_index("endpoint") if len(explored) else pd.DataFrame()
-    k = len(eps or {})
-    rows = []
-    for name, e in (eps or {}).items():
-        if name not in conf.index and name not in every.index:
-            continue
-        mine = []  # this endpoint's rows: its text on the first only
-        if name in conf.index:
-            r = conf.loc[name]
-            test = f"confirmatory: seeds {seed_ranges(run)} (n = {int(r['n_seeds'])})"
-            mine.append({"test": test, **_result_row(r, k=k)})
-        elif run:  # some confirmatory seeds run, none of them for this endpoint
-            mine.append({"test": NO_CONFIRMATORY})
-        mine += [_replication_row(name, rep, k) for rep in reps if name in rep.endpoints]
-        if name in every.index:
-            r = every.loc[name]
-            test = f"all seeds, exploratory (n = {int(r['n_seeds'])})"
-            mine.append({"test": test, **_result_row(r, k=k, exploratory=True)})
-        rows += [{"endpoint": e["text"] if i == 0 else "", **m} for i, m in enumerate(mine)]
-    out = pd.DataFrame(rows)
-    return out.fillna("—") if len(out) else out
-
-
-def _replication_row(name: str, rep: Replication, k: int) -> dict:
-    """An endpoint's row of replication ``rep`` in :func:`results_table` (its p_Holm in the
-    replication's family, named in the cell: that family's k may differ from the column's)."""
-    hit = rep.results[rep.results.endpoint == name] if len(rep.results) else None
-    if hit is None or not len(hit):
-        return {"test": NO_REPLICATION if rep.family == REPLICATION else f"{rep.family}: {NO_REPLICATION}"}
-    r = hit.iloc[0]
-    row = {"test": f"{rep.family}: seeds {seed_ranges(rep.run)} (n = {int(r['n_seeds'])})"}
-    row.update(_result_row(r, k=k))
-    row[f"p_Holm (primary, k = {k})"] = f"{r['p_holm']:.2g} (family `{rep.family}`, k = {int(r['k'])})"
-    return row
-
-
-def _result_row(r, k: int | None = None, exploratory: bool = False) -> dict:
-    """One row of :func:`results_table` (without its endpoint's text); ``exploratory``: a contrast on
-    every seed, in its own family (no p_Holm in the primary family: its own family's beside the dash;
-    its verdict marked exploratory; no power: it is not a test of the endpoint)."""
-    sc = r["scale"]
-    b = r["binary"]
-    k = int(r["k"]) if k is None else k
-    if exploratory:
-        p_holm = f"— (own family `{r['family']}`, k = {int(r['family_k'])}: {r['p_holm']:.2g})"
-        power = ("—", "—")
-    else:
-        p_holm = f"{r['p_holm']:.2g}"
-        power = (
-            f"{r['power (planned d_z)']:.2f} (d_z {r['planned d_z']:g})",
-            f"{r['power (observed d_s, ties)']:.2f}",
-        )
-    return {
-        "estimate [95%]": f"{paired.fmt(r['estimate'], sc)} [{paired.fmt(r['low'], sc)}, {paired.fmt(r['high'], sc)}]",
-        "margin": paired.fmt(r["margin"], sc) if sc == "log" else f"±{r['margin']:.3g}",
-        "seeds (ties)": f"{int(r['n_seeds'])} ({int(r['ties'])})",
-        "p raw": f"{r['p_value']:.2g}",
-        f"p_Holm (primary, k = {k})": p_holm,
-        "power at seeds run: planned d_z": power[0],
-        "power at seeds run: observed d_s, ties": power[1],
-        "generalises (a, b; McNemar p)": (
-            f"{b['a']}/{b['n']}, {b['b']}/{b['n']} below {b['threshold']:g}; p {b['mcnemar'].p_value:.2g}"
-            if b
-            else "—"
-        ),
-        "verdict": f"{r['verdict']}; exploratory" if exploratory else r["verdict"],
-    }

@@ -2,6 +2,8 @@
 simulation (docs/statistics.md). Imports nothing from the rest of the package; reports/, the study
 command and ``ssa-stats-table`` use it, evaluators use :mod:`ssa_repro.stats.intervals`.
 
+- :mod:`~ssa_repro.stats.decision`: the one decision rule of every contrast (:func:`decide`), by the
+  outcome's declared kind (continuous, ratio, bimodal; McNemar where declared), with the power label;
 - :mod:`~ssa_repro.stats.paired`: the sign-flip test, the paired bootstrap, a contrast and its verdict, Holm;
 - :mod:`~ssa_repro.stats.binary`: seeds that generalise or not (Fisher; exact McNemar, its power);
 - :mod:`~ssa_repro.stats.power`: the rule's simulated error rates, power (ties included) and the seeds
@@ -23,6 +25,19 @@ import importlib
 
 # name -> the submodule that defines it
 _WHERE = {
+    "BIMODAL": "decision",
+    "CONTINUOUS": "decision",
+    "RATIO": "decision",
+    "Decision": "decision",
+    "Outcome": "decision",
+    "POWERED_PREFIX": "decision",
+    "decide": "decision",
+    "implied_dz": "decision",
+    "is_not_detected": "decision",
+    "planned_dz": "decision",
+    "power_with_ties": "decision",
+    "powered": "decision",
+    "test_p": "decision",
     "FractionTest": "binary",
     "McNemarTest": "binary",
     "discordance": "binary",

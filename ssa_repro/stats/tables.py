@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from ssa_repro.stats.decision import Outcome, decide
 from ssa_repro.stats.paired import (
     MARGINS,
     METRIC_SCALES,
@@ -17,7 +18,6 @@ from ssa_repro.stats.paired import (
     _check_choice,
     holm,
     paired_contrast,
-    verdict,
 )
 
 
@@ -67,6 +67,7 @@ def contrast_table(
     n_boot: int = 10_000,
     boot_seed: int = 0,
     inside_margin: bool = False,
+    outcome: Outcome | Mapping[str, Outcome] | None = None,
 ) -> pd.DataFrame:
     """One row per contrast: within each group of ``by`` (e.g. task, metric, σ, length), every arm of
     ``arm_col`` other than ``base`` against ``base``, paired by ``seed_col`` (and by ``prompt_col`` when
@@ -81,6 +82,9 @@ def contrast_table(
     column holding it (constant within a contrast). Each (group, arm, seed[, prompt]) must hold one
     value: a duplicate means a ``by`` column is missing. ``inside_margin``: :func:`verdict`'s option
     (default False, the committed rule): a significant contrast inside ±m is "non-zero, within ±m".
+    ``outcome``: the outcome's declared kind (:class:`~ssa_repro.stats.decision.Outcome`), one, or a
+    mapping by metric (metrics not named, and None: continuous); every verdict is
+    :func:`~ssa_repro.stats.decision.decide`'s, so a bimodal metric gets the robust rule here too.
     """
     by = [by] if isinstance(by, str) else list(by)
     family = list(family) if family is not None else []
@@ -182,10 +186,31 @@ def contrast_table(
         )
     else:
         out["p_holm"] = holm(out["p_value"].to_numpy())
+    col = metric_col if metric_col in out.columns else "metric"
+    metrics = out[col] if col in out.columns else [None] * len(out)
     out["verdict"] = [
-        verdict(c, margin=m, claimed_sign=s, alpha=alpha, p_adjusted=p, inside_margin=inside_margin)
-        for c, m, s, p in zip(out["_contrast"], out["margin"], out["claimed_sign"], out["p_holm"])
+        decide(
+            c,
+            outcome=_outcome(outcome, metric),
+            margin=m,
+            claimed_sign=s,
+            alpha=alpha,
+            p_holm=p,
+            inside_margin=inside_margin,
+        ).verdict
+        for c, m, s, p, metric in zip(
+            out["_contrast"], out["margin"], out["claimed_sign"], out["p_holm"], metrics
+        )
     ]
     cols = [c for c in out.columns if c not in ("_contrast", "p_holm", "verdict")]
     at = cols.index("p_value") + 1
     return out[cols[:at] + ["p_holm", "verdict"] + cols[at:]]
+
+
+def _outcome(outcome, metric) -> Outcome:
+    """The declared outcome of a contrast on ``metric``: one for all, by metric, or continuous."""
+    if outcome is None:
+        return Outcome()
+    if isinstance(outcome, Outcome):
+        return outcome
+    return outcome.get(metric, Outcome())
