@@ -371,3 +371,14 @@ def test_relpos_cpus_report_on_an_empty_root_says_no_data_yet(tmp_path):
     text = (tmp_path / "empty" / "relpos_cpu.md").read_text()
     assert "No runs." in text and "No data yet (see *Missing*)." in text
     assert "No claim could be measured" in text
+
+
+def test_endpoints_declared_with_the_study_are_not_said_to_follow_earlier_runs():
+    """relpos_cpu declared its endpoints before any run: its report must not say they came after runs."""
+    from ssa_repro.reports.primary_tables import note
+
+    text = note(confirmatory=[100, 101, 102], run=[100, 101], earlier=[])
+    assert "declared with the study, before any of its runs (seeds 100–102)" in text
+    assert "after" not in text.split(".")[0]
+    earlier = note(confirmatory=[10, 11], run=[10, 11], earlier=[0, 1])
+    assert "declared (issue 38) after seeds 0, 1 had been run" in earlier

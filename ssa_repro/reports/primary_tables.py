@@ -68,11 +68,13 @@ def note(confirmatory=None, run=(), earlier=(), short: str = "") -> str:
     if confirmatory is None:
         return NOTE
     declared = seed_ranges(confirmatory)
-    before = f"after seeds {seed_ranges(earlier)} had been run" if len(earlier) else "after the first runs"
-    head = (
-        f"These endpoints were declared (issue 38) {before}, partly in view of what those seeds showed, "
-        f"and before the confirmatory seeds {declared} were run. "
-    )
+    if len(earlier):
+        head = (
+            f"These endpoints were declared (issue 38) after seeds {seed_ranges(earlier)} had been run, partly "
+            f"in view of what those seeds showed, and before the confirmatory seeds {declared} were run. "
+        )
+    else:  # no seed of the data precedes them: declared with the study, before any of its runs
+        head = f"These endpoints were declared with the study, before any of its runs (seeds {declared}). "
     if not len(run):
         return head + (
             f"No confirmatory seeds run yet: none of seeds {declared} is in this report's data, so no "
