@@ -33,6 +33,7 @@ LAYERS = {
     "evaluation": 4,
     "reports": 5,
     "config": 6,
+    "jobs": 6,  # a training job prepared once, then trained and evaluated: training, evaluation below it
     "resolvers": 6,
     "cli": 7,
     "launch": 7,

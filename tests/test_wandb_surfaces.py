@@ -16,8 +16,9 @@ import pytest
 import wandb
 from omegaconf import OmegaConf
 
-from ssa_repro.cli import commands, train_app
+from ssa_repro.cli import commands
 from ssa_repro.core import tracking
+from ssa_repro.jobs import prepared, train_job
 from tests.conftest import make_cfg
 
 
@@ -57,12 +58,12 @@ def test_project_names_are_checked_as_wandb_checks_them(project):
 
 def test_name_problems_stop_train_before_work(tmp_path):
     cfg = make_cfg("logger.mode=offline", "logger.project=team/project", "logger.tags=[" + "x" * 70 + "]")
-    found = train_app.problems(cfg)
+    found = prepared.problems(cfg)
     assert [p.split("=")[0] for p in found] == ["logger.tags[0]", "logger.project"], found
-    with pytest.raises(train_app.ConfigError):
-        train_app.check(cfg, tmp_path / "run")
+    with pytest.raises(prepared.ConfigError):
+        prepared.prepare(cfg, tmp_path / "run")
     assert not (tmp_path / "run").exists()
-    assert train_app.problems(make_cfg("logger.mode=disabled", "logger.project=team/project")) == []
+    assert prepared.problems(make_cfg("logger.mode=disabled", "logger.project=team/project")) == []
 
 
 # ----------------------------------------------------------------------------- stored run id
@@ -153,7 +154,7 @@ def test_a_server_that_fails_the_resume_call_gives_one_line(tmp_path, monkeypatc
     msg = str(e.value)
     assert "\n" not in msg and "resume train run abc123def456" in msg and "HTTP 500" in msg
     assert "logger.mode=offline" in msg
-    assert tracking.TrackingError in train_app.FAILURES  # train.py prints "Error: <line>", exit 1
+    assert tracking.TrackingError in train_job.FAILURES  # train.py prints "Error: <line>", exit 1
 
 
 # ----------------------------------------------------------------------------- dashboard

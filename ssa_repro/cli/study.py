@@ -40,8 +40,6 @@ from tqdm import tqdm
 
 from ssa_repro.cli import study_schema
 from ssa_repro.cli.devices import job_device
-from ssa_repro.cli.train_app import problems as train_problems
-from ssa_repro.cli.train_app import run_job
 from ssa_repro.config import CONF_DIR, compose_cached
 from ssa_repro.core import matrix
 from ssa_repro.core.atomic import storage_advice, write_text
@@ -50,6 +48,8 @@ from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.choice import chosen, study_keys
 from ssa_repro.evaluation.loading import load_run
+from ssa_repro.jobs.prepared import problems as train_problems
+from ssa_repro.jobs.train_job import run_job
 from ssa_repro.reports.paired import INDEX_DTYPES
 from ssa_repro.training import ensemble
 
