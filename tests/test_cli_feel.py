@@ -52,6 +52,24 @@ def test_ssa_train_trains_and_names_its_log_as_train_py_does(tmp_path, fresh_hyd
     assert (run / "train.log").exists() and not (run / "train_app.log").exists()
 
 
+@pytest.mark.slow  # a Hydra run end to end
+def test_ssa_train_prepares_its_run_once(tmp_path, fresh_hydra, monkeypatch):
+    """The callback prepares the job (checks, the folder read under its lock); the job goes on with that
+    object: the folder's state is read once per command, and the config that ran is the checked one."""
+    from ssa_repro.jobs import prepared, train_job
+    from ssa_repro.training import run_state
+
+    reads, ran = [], []
+    real_prepare, real_run = run_state.prepare, train_job.run
+    monkeypatch.setattr(run_state, "prepare", lambda *a, **k: reads.append(1) or real_prepare(*a, **k))
+    monkeypatch.setattr(train_job, "run", lambda job: ran.append(job) or real_run(job))
+    train_app.cli([*TINY, f"hydra.run.dir={tmp_path / 'run'}"])
+    assert len(reads) == 1 and len(ran) == 1
+    (job,) = ran
+    assert isinstance(job, prepared.PreparedRun) and job.cfg._get_flag("readonly")
+    assert job.run_dir == tmp_path / "run" and "hydra" not in job.cfg
+
+
 def test_ssa_train_says_an_unknown_key_with_the_valid_ones(tmp_path, fresh_hydra):
     with pytest.raises(SystemExit) as e:
         train_app.cli(["debug=tiny", "train.setps=3", f"hydra.run.dir={tmp_path / 'run'}"])
