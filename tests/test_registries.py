@@ -14,6 +14,7 @@ import sys
 import pytest
 import yaml
 
+from ssa_repro.cli import docs_tables
 from ssa_repro.evaluation import EVALUATORS
 from ssa_repro.evaluation.presets import PRESETS
 from ssa_repro.scorers import SCORERS
@@ -165,6 +166,26 @@ def test_scorers_md_table_gives_every_option_and_its_registered_name():
     listed = {ticked(r[0])[0]: ticked(r[1])[0] for r in rows}
     assert len(listed) == len(rows)
     assert listed == options("scorer")
+
+
+def test_docs_tables_are_what_the_registries_give():
+    """``python scripts/docs_tables.py --check``: every generated table is current (CI runs this test)."""
+    assert docs_tables.main(["--check"]) == 0
+
+
+def test_a_stale_docs_table_is_found(tmp_path, monkeypatch):
+    """The check itself: a page whose generated block lost a row, or has none, is refused."""
+    page = tmp_path / "s.md"
+    table = "| option |\n|---|\n| `a` |"
+    monkeypatch.setattr(docs_tables, "TABLES", {"scorers": (page, lambda: table)})
+    page.write_text(f"x\n<!-- generated: scorers -->\n{table}\n{docs_tables.END}\ny\n")
+    assert docs_tables.stale() == []
+    page.write_text(f"x\n<!-- generated: scorers -->\n| option |\n|---|\n{docs_tables.END}\n")
+    assert docs_tables.stale() == [f"scorers: {page}"]
+    assert docs_tables.main([]) == 0 and docs_tables.stale() == []  # rewritten
+    page.write_text("no block\n")
+    with pytest.raises(ValueError, match="no '<!-- generated: scorers -->'"):
+        docs_tables.stale()
 
 
 def test_evaluations_md_table_names_every_eval_option():
