@@ -18,9 +18,10 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from ssa_repro.cli import arguments, commands, evaluate_app, study, train_app, wandb_dashboard
+from ssa_repro.cli import arguments, commands, evaluate_app, train_app, wandb_dashboard
 from ssa_repro.core.rundir import RunDir
 from ssa_repro.evaluation import zorro
+from ssa_repro.studies import study
 from tests.conftest import ROOT
 
 TINY = ["debug=tiny", "train.steps=2", "evaluation.enabled=false"]

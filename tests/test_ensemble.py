@@ -301,7 +301,7 @@ def test_a_study_trains_its_seeds_as_ensembles_and_reports_them_like_separate_ru
     """`scripts/study.py --ensembles on` (auto: on CUDA): each arm's seeds train as one ensemble before
     the job loop, which then evaluates them (two ensembles side by side with --jobs 2); every job's loss
     curve and evaluation equal those of the same study run one process per job."""
-    from ssa_repro.cli import study
+    from ssa_repro.studies import study
     from ssa_repro.training.metrics_log import read_metrics
 
     (tmp_path / "ens.yaml").write_text(STUDY)

@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from ssa_repro.cli import arguments, run_study, study
+from ssa_repro.cli import arguments, run_study
 from ssa_repro.reports import paired, provenance
 from ssa_repro.reports import study as report
+from ssa_repro.studies import study
 
 
 def _study(tmp_path: Path, **group) -> Path:

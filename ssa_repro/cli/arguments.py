@@ -21,7 +21,7 @@ import yaml
 CONF = Path(__file__).resolve().parents[2] / "conf"
 HELP_FLAGS = ("--help", "-h")  # Hydra's --hydra-help, --info, --cfg stay Hydra's
 ZORRO_METHODS = ("pll", "holistic")  # ssa_repro/evaluation/zorro.py METHODS
-ENSEMBLE_MODES = ("auto", "on", "off")  # ssa_repro/cli/study.py ENSEMBLE_MODES
+ENSEMBLE_MODES = ("auto", "on", "off")  # ssa_repro/studies/study.py ENSEMBLE_MODES
 DASHBOARD_TIMEOUT = 60.0  # seconds for each W&B server step: wandb itself retries errors for hours
 PUBLISHED = Path("docs") / "results"  # where ssa-study --publish writes: the committed reports
 
@@ -94,7 +94,7 @@ examples:
                                     again, and the report joins their rows with the new runs'
 
 The matrix is conf/study/<name>.yaml (or a path to a study file), checked against its schema
-(ssa_repro/cli/study_schema.py) before anything runs. Runs go to outputs/study/<name>/ (--root); the
+(ssa_repro/studies/schema.py) before anything runs. Runs go to outputs/study/<name>/ (--root); the
 report, <name>.md with its figures, goes there too (--out DIR elsewhere; --publish: docs/results/).
 The same command as python scripts/study.py. See docs/studies.md."""
 
