@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from ssa_repro.cli import docs_tables
+from ssa_repro.cli import arguments, docs_tables
 from ssa_repro.evaluation import EVALUATORS
 from ssa_repro.evaluation.presets import PRESETS
 from ssa_repro.scorers import SCORERS
@@ -171,6 +171,7 @@ def test_scorers_md_table_gives_every_option_and_its_registered_name():
 def test_docs_tables_are_what_the_registries_give():
     """``python scripts/docs_tables.py --check``: every generated table is current (CI runs this test)."""
     assert docs_tables.main(["--check"]) == 0
+    assert set(docs_tables.TABLES) == set(arguments.DOCS_TABLES)
 
 
 def test_a_stale_docs_table_is_found(tmp_path, monkeypatch):

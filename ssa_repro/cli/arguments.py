@@ -212,6 +212,20 @@ def zorro_table() -> argparse.ArgumentParser:
     return p
 
 
+DOCS_TABLES = ("scorers",)  # ssa_repro/cli/docs_tables.py TABLES
+
+
+def docs_tables() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="scripts/docs_tables.py",
+        description="The docs' component tables, generated from the registries (between a page's "
+        "'<!-- generated: NAME -->' and '<!-- end generated -->' lines).",
+    )
+    p.add_argument("tables", nargs="*", help=f"of {', '.join(DOCS_TABLES)} (default: all)")
+    p.add_argument("--check", action="store_true", help="exit 1 naming each page whose table is stale")
+    return p
+
+
 def lm_table() -> argparse.ArgumentParser:
     p = _parser(
         "ssa-lm-table",

@@ -12,12 +12,12 @@ page whose table differs from the registries (tests/test_registries.py runs the 
 
 from __future__ import annotations
 
-import argparse
 import re
 from enum import Enum
 
 from omegaconf import OmegaConf
 
+from ssa_repro.cli import arguments
 from ssa_repro.config import CONF_DIR, compose_cached, load_scorer, scorer_options
 from ssa_repro.core.atomic import write_text
 
@@ -98,14 +98,11 @@ def stale(names: list[str] | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("tables", nargs="*", help=f"of {', '.join(TABLES)} (default: all)")
-    parser.add_argument("--check", action="store_true", help="exit 1 if a page's table is stale")
+    parser = arguments.docs_tables()
     a = parser.parse_args(argv)
     names = a.tables or list(TABLES)
-    unknown = [n for n in names if n not in TABLES]
-    if unknown:
-        parser.error(f"no table {unknown}; the tables: {', '.join(TABLES)}")
+    if set(names) - set(TABLES):
+        parser.error(f"no table {sorted(set(names) - set(TABLES))}; the tables: {', '.join(TABLES)}")
     if a.check:
         found = stale(names)
         for line in found:
