@@ -63,7 +63,7 @@ class ValidateFirst(CheckFirst):
                 "they start: add hydra.run.dir=<folder>, or start with `python -m ssa_repro.launch --nproc "
                 "N ...`, which does (Hydra resolves ${now:...} in each process separately)"
             )
-        run_dir = Path(str(config.hydra.run.dir))
+        run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))  # as Hydra's runtime.output_dir
         lock = RunLock(run_dir, "train")
 
         def hold() -> None:  # one writer from here on, before Hydra writes .hydra/ into the folder
