@@ -14,10 +14,10 @@ import pytest
 from omegaconf import OmegaConf
 from scipy import stats as sps
 
-from ssa_repro.cli import study
 from ssa_repro.core.plotting import saving
 from ssa_repro.reports import claims, early, icl, paired, seed_power
 from ssa_repro.reports import study as report
+from ssa_repro.studies import study
 
 SEEDS = list(range(8))
 NEW_CLAIM = """

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from ssa_repro.cli import arguments, commands, evaluate_app, study, train_app, wandb_dashboard
+from ssa_repro.cli import arguments, commands, evaluate_app, train_app, wandb_dashboard
 from ssa_repro.core.rundir import RunDir
 from ssa_repro.evaluation import zorro
+from ssa_repro.studies import study
 from tests.conftest import ROOT
 
 TINY = ["debug=tiny", "train.steps=2", "evaluation.enabled=false"]
@@ -51,6 +53,24 @@ def test_ssa_train_trains_and_names_its_log_as_train_py_does(tmp_path, fresh_hyd
     assert (run / "train.log").exists() and not (run / "train_app.log").exists()
 
 
+@pytest.mark.slow  # a Hydra run end to end
+def test_ssa_train_prepares_its_run_once(tmp_path, fresh_hydra, monkeypatch):
+    """The callback prepares the job (checks, the folder read under its lock); the job goes on with that
+    object: the folder's state is read once per command, and the config that ran is the checked one."""
+    from ssa_repro.jobs import prepared, train_job
+    from ssa_repro.training import run_state
+
+    reads, ran = [], []
+    real_prepare, real_run = run_state.prepare, train_job.run
+    monkeypatch.setattr(run_state, "prepare", lambda *a, **k: reads.append(1) or real_prepare(*a, **k))
+    monkeypatch.setattr(train_job, "run", lambda job: ran.append(job) or real_run(job))
+    train_app.cli([*TINY, f"hydra.run.dir={tmp_path / 'run'}"])
+    assert len(reads) == 1 and len(ran) == 1
+    (job,) = ran
+    assert isinstance(job, prepared.PreparedRun) and job.cfg._get_flag("readonly")
+    assert job.run_dir == tmp_path / "run" and "hydra" not in job.cfg
+
+
 def test_ssa_train_says_an_unknown_key_with_the_valid_ones(tmp_path, fresh_hydra):
     with pytest.raises(SystemExit) as e:
         train_app.cli(["debug=tiny", "train.setps=3", f"hydra.run.dir={tmp_path / 'run'}"])
@@ -62,8 +82,9 @@ def test_ssa_train_says_an_unknown_key_with_the_valid_ones(tmp_path, fresh_hydra
 
 @pytest.mark.slow  # a Hydra run end to end (about 4 s alone, 18 s on a loaded machine)
 def test_ssa_evaluate_evaluates_and_needs_a_run(tmp_path, fresh_hydra, monkeypatch):
-    run = tmp_path / "run"
-    train_app.cli([*TINY, f"hydra.run.dir={run}"])
+    """The run is named as a sweep prints its job folder (``.../scorer=ssa,seed=0``), without quotes."""
+    run = tmp_path / "sweep" / "scorer=ssa,seed=0"
+    train_app.cli([*TINY, f"hydra.run.dir='{run}'"])
     GlobalHydra.instance().clear()
     monkeypatch.setattr(sys, "argv", ["ssa-evaluate"])
     with pytest.raises(SystemExit) as e:
@@ -73,6 +94,19 @@ def test_ssa_evaluate_evaluates_and_needs_a_run(tmp_path, fresh_hydra, monkeypat
     evaluate_app.cli([f"run_dir={run}", *grid])
     (protocol,) = (run / "eval" / "grid").iterdir()
     assert any(protocol.glob("*.csv")), list(protocol.iterdir())
+
+
+@pytest.mark.parametrize("name", ["scorer=ssa,seed=0", "seed=1", "it's=a,b", "plain"])
+def test_a_run_folder_is_passed_to_hydra_as_one_value(tmp_path, name):
+    """Hydra's own override parser reads the quoted ``run_dir=`` as the folder, whole; a value that is no
+    folder and holds no ``=`` (a sweep over folders) and one already quoted are left as given."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (arg,) = evaluate_app.quote_run_dir([f"run_dir={folder}"])
+    (override,) = OverridesParser.create().parse_overrides([arg])
+    assert override.value() == str(folder) and not override.is_sweep_override()
+    assert evaluate_app.quote_run_dir(["run_dir=a,b", "eval=grid"]) == ["run_dir=a,b", "eval=grid"]
+    assert evaluate_app.quote_run_dir([f"run_dir='{tmp_path}'"]) == [f"run_dir='{tmp_path}'"]
 
 
 def test_train_py_and_evaluate_py_are_the_commands():

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from scipy import stats
 
-from ssa_repro.cli.train_app import run_job
 from ssa_repro.evaluation.store import stored
+from ssa_repro.jobs.train_job import run_job
 from ssa_repro.reports import compare, figures, tables
 from ssa_repro.reports.difference import difference, resolve_baseline
 from ssa_repro.reports.runs import ReportError

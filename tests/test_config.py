@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from ssa_repro.cli.arguments import config_groups
-from ssa_repro.cli.train_app import check as check_run
-from ssa_repro.cli.train_app import problems
+from ssa_repro.jobs.prepared import prepare as check_run
+from ssa_repro.jobs.prepared import problems
 from ssa_repro.models import MODELS
 from ssa_repro.scorers import SCORERS
 from ssa_repro.tasks import TASKS

@@ -16,8 +16,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ssa_repro.cli.train_app import check as check_run
-from ssa_repro.cli.train_app import problems
+from ssa_repro.jobs.prepared import prepare as check_run
+from ssa_repro.jobs.prepared import problems
 from ssa_repro.scorers import SCORERS, build_scorer
 from ssa_repro.tasks import TASKS, build_task
 from ssa_repro.tasks.tokens import IGNORE

@@ -131,9 +131,9 @@ def test_train_and_evaluate_on_cuda(tmp_path):
 
 
 def test_a_job_selects_its_gpu():
-    """One device per parallel job (ssa_repro/cli/devices.py) on the GPUs this machine has: the job's
+    """One device per parallel job (ssa_repro/jobs/devices.py) on the GPUs this machine has: the job's
     CUDA device is its placement's, and the process's device comes back after it."""
-    from ssa_repro.cli import devices as dv
+    from ssa_repro.jobs import devices as dv
 
     visible = [str(i) for i in range(torch.cuda.device_count())]
     before = torch.cuda.current_device()

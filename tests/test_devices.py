@@ -1,4 +1,4 @@
-"""One device per parallel job (ssa_repro/cli/devices.py): the rule as a pure function, the GPU locks,
+"""One device per parallel job (ssa_repro/jobs/devices.py): the rule as a pure function, the GPU locks,
 and the environment each job of a real joblib multirun receives, with a fake CUDA_VISIBLE_DEVICES
 list (no GPU needed: on a CPU-only torch the job records its GPU but selects none)."""
 
@@ -16,7 +16,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ssa_repro.cli import devices as dv
+from ssa_repro.jobs import devices as dv
 from tests.conftest import CONF, ROOT
 
 
@@ -126,7 +126,7 @@ hydra:
     dir: {out}/sweep
   callbacks:
     device_per_job:
-      _target_: ssa_repro.cli.devices.OneDevicePerJob
+      _target_: ssa_repro.jobs.devices.OneDevicePerJob
       gpus: null
 """
 
@@ -169,4 +169,4 @@ def test_joblib_jobs_get_their_own_gpu_and_a_share_of_the_cores(tmp_path):
 def test_train_config_installs_the_callback():
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", return_hydra_config=True)
-    assert cfg.hydra.callbacks.device_per_job._target_ == "ssa_repro.cli.devices.OneDevicePerJob"
+    assert cfg.hydra.callbacks.device_per_job._target_ == "ssa_repro.jobs.devices.OneDevicePerJob"

@@ -19,7 +19,6 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from ssa_repro import stats
-from ssa_repro.cli import study
 from ssa_repro.cli.run_study import main as study_main
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core.rundir import RunDir, RunFolderError
@@ -27,6 +26,7 @@ from ssa_repro.evaluation.lm import chance
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.multiple_choice import Item
 from ssa_repro.reports import early, early_cells, early_tables, paired
+from ssa_repro.studies import study
 from ssa_repro.tasks import curriculum
 from ssa_repro.training import trainer, validate
 from tests.conftest import make_cfg

@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 import torch
 
-from ssa_repro.cli import train_app
 from ssa_repro.core.rundir import RunDir
+from ssa_repro.jobs import train_job
+from ssa_repro.jobs.prepared import prepare
 from ssa_repro.training import ensemble, run_state, trainer
 from ssa_repro.training.checkpointer import TrainingDiverged
 from ssa_repro.training.metrics_log import read_metrics
@@ -128,8 +129,8 @@ def test_ensemble_folders_evaluate_and_resume_like_separate_runs(tmp_path):
     assert '"seeds": [\n        0,\n        1\n      ]' in provenance or '"seeds": [0, 1]' in provenance
     # the separate trainer sees a finished run; the end-of-run evaluation reads it as a separate one
     assert run_state.prepare(runs[1], ens).finished["steps"] == 6
-    got = train_app.evaluate_after_training(runs[1], ens, RunDir(ens).summary())
-    want = train_app.evaluate_after_training(runs[1], sep, RunDir(sep).summary())
+    got = train_job.evaluate_after_training(prepare(runs[1], ens), RunDir(ens).summary())
+    want = train_job.evaluate_after_training(prepare(runs[1], sep), RunDir(sep).summary())
     a, b = got["evaluations"]["quick"], want["evaluations"]["quick"]
     assert a["protocol_id"] == b["protocol_id"]
     assert a["in_distribution"] == pytest.approx(b["in_distribution"], rel=1e-4)
@@ -273,7 +274,7 @@ def test_the_command_line_multirun_trains_one_ensemble(tmp_path):
         if s != SEEDS[-1]:  # every seed's equality with its separate run: the in-process tests above;
             continue  # here the command line's, on the last member (an off-by-one in the stacking shows)
         separate = tmp_path / f"sep{s}"
-        theirs = train_app.run_job(make_cfg(f"seed={s}"), separate)  # with its end-of-run evaluation
+        theirs = train_job.run_job(make_cfg(f"seed={s}"), separate)  # with its end-of-run evaluation
         a, b = read_metrics(run.metrics_file), read_metrics(RunDir(separate).metrics_file)
         assert [r["loss"] for r in a] == pytest.approx([r["loss"] for r in b], rel=1e-5)
         mine = summary["evaluations"]["quick"]["in_distribution"]
@@ -300,7 +301,7 @@ def test_a_study_trains_its_seeds_as_ensembles_and_reports_them_like_separate_ru
     """`scripts/study.py --ensembles on` (auto: on CUDA): each arm's seeds train as one ensemble before
     the job loop, which then evaluates them (two ensembles side by side with --jobs 2); every job's loss
     curve and evaluation equal those of the same study run one process per job."""
-    from ssa_repro.cli import study
+    from ssa_repro.studies import study
     from ssa_repro.training.metrics_log import read_metrics
 
     (tmp_path / "ens.yaml").write_text(STUDY)

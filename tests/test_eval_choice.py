@@ -1,5 +1,5 @@
 """The one rule for which evaluations run on a study job (ssa_repro/evaluation/choice.py): the runner
-(cli/study.py `evaluations`) and the reports' missing-data notes (reports/paired.py `evaluated_keys`)
+(studies/study.py `evaluations`) and the reports' missing-data notes (reports/paired.py `evaluated_keys`)
 read it, so what a report expects is what the runner evaluates — checked on every study in conf/study,
 group by group and task by task, against the rule written out here independently."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from ssa_repro.cli import study
 from ssa_repro.config import CONF_DIR
 from ssa_repro.evaluation.choice import chosen
 from ssa_repro.reports import inputs
+from ssa_repro.studies import study
 
 STUDIES = sorted(p.stem for p in (CONF_DIR / "study").glob("*.yaml"))
 

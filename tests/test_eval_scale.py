@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from ssa_repro.cli.train_app import run_job
 from ssa_repro.evaluation import runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.scale import logit_rms, site_rms
+from ssa_repro.jobs.train_job import run_job
 from ssa_repro.models import build_model
 from tests.conftest import make_cfg
 

@@ -70,7 +70,7 @@ def test_the_command_reads_the_config_once_with_its_pre_check(linear_run, monkey
     out = run_script("evaluate.py", f"run_dir={run}", *SETTINGS)
     assert out.returncode == 0, out.stderr[-2000:]
     assert (len(reads), len(built_evaluators)) == (1, 1)
-    assert evaluate_app._CHECKED == {}  # taken by the job, nothing left for another
+    assert evaluate_app.CheckFirst._kept == {}  # taken by the job, nothing left for another
 
 
 def test_the_one_pass_stores_what_the_runner_stores(linear_run, tmp_path):

@@ -20,10 +20,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from ssa_repro.cli.train_app import run_job
 from ssa_repro.core.atomic import ConfigFileError
 from ssa_repro.evaluation import runner
 from ssa_repro.evaluation.loading import load_run
+from ssa_repro.jobs.train_job import run_job
 from ssa_repro.training.trainer import train
 from ssa_repro.training.validate import ConfigError
 from tests.conftest import CONF, ROOT, TINY, make_cfg, run_script

@@ -14,7 +14,6 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ssa_repro.cli import study
 from ssa_repro.evaluation import boundary as B
 from ssa_repro.evaluation import deviant as D
 from ssa_repro.evaluation.grid import GridConfig, GridEvaluation, region, training_length
@@ -22,6 +21,7 @@ from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.runner import check, evaluate
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.models import build_model
+from ssa_repro.studies import study
 from ssa_repro.tasks import baselines as BL
 from ssa_repro.tasks import build_task
 from ssa_repro.training.trainer import train

@@ -453,7 +453,7 @@ def test_training_with_attn_impl_triton_equals_eager(tmp_path):
     """A run end to end (validation, 6 steps, checkpoints, the quick evaluation: training and inference
     through the kernel) with model.attn_impl=triton and =eager: the same losses step by step and the
     same evaluation figures."""
-    from ssa_repro.cli.train_app import run_job
+    from ssa_repro.jobs.train_job import run_job
     from ssa_repro.training.metrics_log import read_metrics
 
     losses, quick = {}, {}

@@ -33,9 +33,11 @@ LAYERS = {
     "evaluation": 4,
     "reports": 5,
     "config": 6,
+    "jobs": 6,  # a training job prepared once, then trained and evaluated: training, evaluation below it
+    "studies": 7,  # planning, running, resuming and publishing studies: jobs and reports below it
     "resolvers": 6,
-    "cli": 7,
-    "launch": 7,
+    "cli": 8,
+    "launch": 8,
 }
 SIBLINGS = [
     ("core", "stats"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ssa_repro.cli.train_app import run_job
+from ssa_repro.jobs.train_job import run_job
 from tests.conftest import make_cfg
 
 

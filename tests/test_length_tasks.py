@@ -10,10 +10,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ssa_repro.cli import study
-from ssa_repro.cli.train_app import run_job
+from ssa_repro.jobs.train_job import run_job
 from ssa_repro.reports import icl, paired
 from ssa_repro.reports import study as report
+from ssa_repro.studies import study
 from ssa_repro.tasks import TASKS
 from ssa_repro.tasks.flip_flop import BIT0, READ, WRITE, p_ignore_at
 from ssa_repro.tasks.tokens import IGNORE
@@ -162,7 +162,7 @@ def test_a_prompt_with_no_scored_token_is_an_error_not_a_zero():
 
 @pytest.mark.parametrize("name", NEW)
 def test_a_token_task_grid_refuses_skipping_predictions(name):
-    from ssa_repro.cli.train_app import problems as run_problems  # with the end-of-run evaluation's
+    from ssa_repro.jobs.prepared import problems as run_problems  # with the end-of-run evaluation's
 
     found = run_problems(make_cfg(f"task={name}", "evaluation.skip_first=3"))
     assert any("evaluation.skip_first=3" in p and "use evaluation.skip_first=0" in p for p in found), found

@@ -12,10 +12,10 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from ssa_repro.cli import evaluate_app
-from ssa_repro.cli.train_app import run_job
 from ssa_repro.core.checkpoint import load as load_ckpt
 from ssa_repro.evaluation import multiple_choice as mc
 from ssa_repro.evaluation.perplexity import stream_nll, windows
+from ssa_repro.jobs.train_job import run_job
 from ssa_repro.models import build_model
 from ssa_repro.reports.lm_table import lm_table
 from ssa_repro.reports.lm_table import main as lm_table_main

@@ -13,11 +13,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ssa_repro.cli.train_app import run_job
 from ssa_repro.data import childes
 from ssa_repro.evaluation import runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.zorro import ZorroConfig
+from ssa_repro.jobs.train_job import run_job
 from ssa_repro.models import build_model
 from ssa_repro.scorers import SCORERS
 from ssa_repro.tasks import Stage, build_task

@@ -6,7 +6,7 @@ import json
 
 import matplotlib
 
-from ssa_repro.cli.train_app import run_job
+from ssa_repro.jobs.train_job import run_job
 from tests.conftest import ROOT, make_cfg
 
 matplotlib.use("Agg")

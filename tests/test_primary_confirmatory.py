@@ -16,10 +16,11 @@ import pytest
 from omegaconf import OmegaConf
 from statsmodels.stats.multitest import multipletests
 
-from ssa_repro.cli import study, study_schema
 from ssa_repro.reports import decide as pipeline
 from ssa_repro.reports import factorial, icl, paired, primary
 from ssa_repro.reports import study as report
+from ssa_repro.studies import schema as study_schema
+from ssa_repro.studies import study
 
 EARLIER, CONFIRMATORY = list(range(8)), list(range(8, 16))
 SIGMA16, LENGTH80 = "train_lengths sigma=16", "sigma=1 length=80"

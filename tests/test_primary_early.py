@@ -22,10 +22,11 @@ import pytest
 from omegaconf import OmegaConf
 from statsmodels.stats.multitest import multipletests
 
-from ssa_repro.cli import study, study_schema
 from ssa_repro.reports import early, primary
 from ssa_repro.reports import study as report
 from ssa_repro.reports.early_cells import read_back
+from ssa_repro.studies import schema as study_schema
+from ssa_repro.studies import study
 
 SRC = Path(__file__).resolve().parents[1] / "docs" / "results" / "early_cpu"
 ENDPOINTS = {  # endpoint: (SSA arm, item, method, metric)

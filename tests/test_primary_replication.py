@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from ssa_repro.cli import study
 from ssa_repro.reports import early, primary
 from ssa_repro.reports import study as report
+from ssa_repro.studies import study
 from tests.test_primary_confirmatory import (
     CONFIRMATORY,
     EARLIER,

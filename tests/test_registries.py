@@ -14,6 +14,7 @@ import sys
 import pytest
 import yaml
 
+from ssa_repro.cli import arguments, docs_tables
 from ssa_repro.evaluation import EVALUATORS
 from ssa_repro.evaluation.presets import PRESETS
 from ssa_repro.scorers import SCORERS
@@ -138,26 +139,12 @@ def test_importing_the_packages_imports_no_extra_and_every_component():
 
 
 # ------------------------------------------------------------------ the docs' lists
-def test_configuration_md_lists_every_scorer_and_task_option():
+def test_configuration_md_lists_every_task_option():
+    """(Scorers and evaluations are listed once, in the tables of scorers.md and evaluations.md.)"""
     path = DOCS / "configuration.md"
-    for group in ("scorer", "task"):
-        listed = ticked(cell(path, f"| `{group}` |", 1))
-        assert sorted(listed) == sorted(options(group)), f"{path} `{group}` row vs conf/{group}/*.yaml"
-        assert len(listed) == len(set(listed)), f"{path} `{group}` row names an option twice"
-
-
-def test_configuration_md_lists_every_eval_option():
-    text = (DOCS / "configuration.md").read_text()
-    sentence = re.search(r"\*\*`eval`\*\*.*?Options:\s*(.*?);", text, re.S)
-    assert sentence, "docs/configuration.md: the **`eval`** paragraph's 'Options: ...;' not found"
-    assert sorted(ticked(sentence.group(1))) == sorted(options("eval"))
-
-
-def test_development_md_lists_every_evaluator():
-    text = (DOCS / "development.md").read_text()
-    sentence = re.search(r"Evaluators: (.*?\))", text, re.S)
-    assert sentence, "docs/development.md: 'Evaluators: ...' not found"
-    assert sorted(ticked(sentence.group(1))) == sorted(options("eval"))
+    listed = ticked(cell(path, "| `task` |", 1))
+    assert sorted(listed) == sorted(options("task")), f"{path} `task` row vs conf/task/*.yaml"
+    assert len(listed) == len(set(listed)), f"{path} `task` row names an option twice"
 
 
 def test_scorers_md_table_gives_every_option_and_its_registered_name():
@@ -165,6 +152,27 @@ def test_scorers_md_table_gives_every_option_and_its_registered_name():
     listed = {ticked(r[0])[0]: ticked(r[1])[0] for r in rows}
     assert len(listed) == len(rows)
     assert listed == options("scorer")
+
+
+def test_docs_tables_are_what_the_registries_give():
+    """``python scripts/docs_tables.py --check``: every generated table is current (CI runs this test)."""
+    assert docs_tables.main(["--check"]) == 0
+    assert set(docs_tables.TABLES) == set(arguments.DOCS_TABLES)
+
+
+def test_a_stale_docs_table_is_found(tmp_path, monkeypatch):
+    """The check itself: a page whose generated block lost a row, or has none, is refused."""
+    page = tmp_path / "s.md"
+    table = "| option |\n|---|\n| `a` |"
+    monkeypatch.setattr(docs_tables, "TABLES", {"scorers": (page, lambda: table)})
+    page.write_text(f"x\n<!-- generated: scorers -->\n{table}\n{docs_tables.END}\ny\n")
+    assert docs_tables.stale() == []
+    page.write_text(f"x\n<!-- generated: scorers -->\n| option |\n|---|\n{docs_tables.END}\n")
+    assert docs_tables.stale() == [f"scorers: {page}"]
+    assert docs_tables.main([]) == 0 and docs_tables.stale() == []  # rewritten
+    page.write_text("no block\n")
+    with pytest.raises(ValueError, match="no '<!-- generated: scorers -->'"):
+        docs_tables.stale()
 
 
 def test_evaluations_md_table_names_every_eval_option():

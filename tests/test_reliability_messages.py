@@ -13,8 +13,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from ssa_repro.cli import evaluate_app
-from ssa_repro.cli.keys import explain_argv
 from ssa_repro.core import atomic
+from ssa_repro.jobs.keys import explain_argv
 from ssa_repro.training.trainer import train
 from tests.conftest import CONF, make_cfg
 

@@ -15,9 +15,9 @@ from omegaconf import OmegaConf
 from scipy import stats as sps
 
 from ssa_repro import stats
-from ssa_repro.cli import study
 from ssa_repro.reports import claims as claims_engine
 from ssa_repro.reports import factorial, icl, paired, primary, primary_tables
+from ssa_repro.studies import study
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"

@@ -22,11 +22,12 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from ssa_repro.cli import run_study, study
+from ssa_repro.cli import run_study
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core.plotting import saving
 from ssa_repro.reports import provenance
 from ssa_repro.reports import study as report
+from ssa_repro.studies import study
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"

@@ -18,12 +18,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from ssa_repro import stats
-from ssa_repro.cli import study
-from ssa_repro.cli.train_app import problems
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core.plotting import saving
+from ssa_repro.jobs.prepared import problems
 from ssa_repro.reports import icl, icl_figures, icl_frame, icl_tables, paired, provenance, seed_power
 from ssa_repro.reports import study as report
+from ssa_repro.studies import study
 from tests.conftest import HAVE_SHARED_DATA
 
 STUDIES = sorted(p.stem for p in (CONF_DIR / "study").glob("*.yaml"))

@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from ssa_repro.cli import arguments, run_study, study
+from ssa_repro.cli import arguments, run_study
 from ssa_repro.reports import inputs, provenance
 from ssa_repro.reports import study as report
 from ssa_repro.reports.tables import seed_ranges
+from ssa_repro.studies import study
 
 
 def _study(tmp_path: Path, **group) -> Path:

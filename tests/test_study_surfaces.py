@@ -17,8 +17,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ssa_repro.cli import arguments, run_study, study
-from ssa_repro.cli.study_schema import problems as schema_problems
+from ssa_repro.cli import arguments, run_study
+from ssa_repro.studies import study
+from ssa_repro.studies.schema import problems as schema_problems
 
 GOOD = """
 name: tiny

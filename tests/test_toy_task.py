@@ -11,13 +11,13 @@ import torch
 from hydra.core.config_store import ConfigStore
 
 from ssa_repro import config
-from ssa_repro.cli.train_app import run_job
 from ssa_repro.core import distributions as D
 from ssa_repro.core.distributions import DistConfig, normal
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.presets import DefaultConfig
 from ssa_repro.evaluation.registry import EVALUATORS, applicable
 from ssa_repro.evaluation.runner import check, evaluate
+from ssa_repro.jobs.train_job import run_job
 from ssa_repro.reports import compare
 from ssa_repro.tasks import TASKS
 from ssa_repro.tasks.base import Batch, Evaluation, Grid, Metric, Prompts, Task, interleave

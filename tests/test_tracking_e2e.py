@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from ssa_repro.cli import evaluate_app
-from ssa_repro.cli.train_app import run_job
+from ssa_repro.jobs.train_job import run_job
 from tests.conftest import CONF, make_cfg
 from tests.test_tracking import inspect, offline_runs, run_id_of, run_record
 

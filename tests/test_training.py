@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 import torch
 
-from ssa_repro.cli.train_app import run_job
 from ssa_repro.core import checkpoint
 from ssa_repro.core.checkpoint import CheckpointError
 from ssa_repro.core.rundir import config_mismatches, plain
 from ssa_repro.evaluation.store import stored
+from ssa_repro.jobs.train_job import run_job
 from ssa_repro.models import build_model
 from ssa_repro.training.checkpointer import TrainingDiverged
 from ssa_repro.training.metrics_log import read_metrics

@@ -16,8 +16,10 @@ import pytest
 import wandb
 from omegaconf import OmegaConf
 
-from ssa_repro.cli import commands, train_app
+from ssa_repro.cli import commands
 from ssa_repro.core import tracking
+from ssa_repro.core.rundir import WANDB_ID
+from ssa_repro.jobs import prepared, train_job
 from tests.conftest import make_cfg
 
 
@@ -57,12 +59,12 @@ def test_project_names_are_checked_as_wandb_checks_them(project):
 
 def test_name_problems_stop_train_before_work(tmp_path):
     cfg = make_cfg("logger.mode=offline", "logger.project=team/project", "logger.tags=[" + "x" * 70 + "]")
-    found = train_app.problems(cfg)
+    found = prepared.problems(cfg)
     assert [p.split("=")[0] for p in found] == ["logger.tags[0]", "logger.project"], found
-    with pytest.raises(train_app.ConfigError):
-        train_app.check(cfg, tmp_path / "run")
+    with pytest.raises(prepared.ConfigError):
+        prepared.prepare(cfg, tmp_path / "run")
     assert not (tmp_path / "run").exists()
-    assert train_app.problems(make_cfg("logger.mode=disabled", "logger.project=team/project")) == []
+    assert prepared.problems(make_cfg("logger.mode=disabled", "logger.project=team/project")) == []
 
 
 # ----------------------------------------------------------------------------- stored run id
@@ -94,12 +96,12 @@ def fake_init(monkeypatch):
     "content", [b"\x00\xff\xfe\n", b"", b"abc/def\n", b"x" * 300, "résumé".encode("latin-1")]
 )
 def test_a_damaged_stored_run_id_starts_a_new_wandb_run(content, tmp_path, fake_init, caplog):
-    (tmp_path / tracking.ID_FILE).write_bytes(content)
+    (tmp_path / WANDB_ID).write_bytes(content)
     with caplog.at_level(logging.WARNING, logger="ssa_repro.core.tracking"):
         tracking.Tracker.for_training(_logger(), tmp_path, {}, "run").finish()
     new = fake_init[0]["id"]
     assert tracking.RUN_ID.fullmatch(new) and _wandb_accepts(run_id=new)
-    assert (tmp_path / tracking.ID_FILE).read_text() == new + "\n"
+    assert (tmp_path / WANDB_ID).read_text() == new + "\n"
     if content.strip():  # a present but damaged id is said; an empty file is simply no id
         assert any("not a W&B run id" in r.getMessage() for r in caplog.records)
     # and the next restart resumes that id
@@ -142,7 +144,7 @@ def test_a_writable_home_is_left_alone(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- server failures
 def test_a_server_that_fails_the_resume_call_gives_one_line(tmp_path, monkeypatch):
-    (tmp_path / tracking.ID_FILE).write_text("abc123def456\n")
+    (tmp_path / WANDB_ID).write_text("abc123def456\n")
 
     def refuse(**kwargs):
         raise wandb.errors.CommError("HTTP 500: internal server error\n<html>…</html>")
@@ -153,7 +155,7 @@ def test_a_server_that_fails_the_resume_call_gives_one_line(tmp_path, monkeypatc
     msg = str(e.value)
     assert "\n" not in msg and "resume train run abc123def456" in msg and "HTTP 500" in msg
     assert "logger.mode=offline" in msg
-    assert tracking.TrackingError in train_app.FAILURES  # train.py prints "Error: <line>", exit 1
+    assert tracking.TrackingError in train_job.FAILURES  # train.py prints "Error: <line>", exit 1
 
 
 # ----------------------------------------------------------------------------- dashboard

@@ -21,7 +21,7 @@ import yaml
 CONF = Path(__file__).resolve().parents[2] / "conf"
 HELP_FLAGS = ("--help", "-h")  # Hydra's --hydra-help, --info, --cfg stay Hydra's
 ZORRO_METHODS = ("pll", "holistic")  # ssa_repro/evaluation/zorro.py METHODS
-ENSEMBLE_MODES = ("auto", "on", "off")  # ssa_repro/cli/study.py ENSEMBLE_MODES
+ENSEMBLE_MODES = ("auto", "on", "off")  # ssa_repro/studies/study.py ENSEMBLE_MODES
 DASHBOARD_TIMEOUT = 60.0  # seconds for each W&B server step: wandb itself retries errors for hours
 PUBLISHED = Path("docs") / "results"  # where ssa-study --publish writes: the committed reports
 
@@ -94,7 +94,7 @@ examples:
                                     again, and the report joins their rows with the new runs'
 
 The matrix is conf/study/<name>.yaml (or a path to a study file), checked against its schema
-(ssa_repro/cli/study_schema.py) before anything runs. Runs go to outputs/study/<name>/ (--root); the
+(ssa_repro/studies/schema.py) before anything runs. Runs go to outputs/study/<name>/ (--root); the
 report, <name>.md with its figures, goes there too (--out DIR elsewhere; --publish: docs/results/).
 The same command as python scripts/study.py. See docs/studies.md."""
 
@@ -209,6 +209,20 @@ def zorro_table() -> argparse.ArgumentParser:
         default=None,
         help="output folder (default: the first path when it is a sweep, else zorro_table/ beside that run)",
     )
+    return p
+
+
+DOCS_TABLES = ("scorers",)  # ssa_repro/cli/docs_tables.py TABLES
+
+
+def docs_tables() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="scripts/docs_tables.py",
+        description="The docs' component tables, generated from the registries (between a page's "
+        "'<!-- generated: NAME -->' and '<!-- end generated -->' lines).",
+    )
+    p.add_argument("tables", nargs="*", help=f"of {', '.join(DOCS_TABLES)} (default: all)")
+    p.add_argument("--check", action="store_true", help="exit 1 naming each page whose table is stale")
     return p
 
 

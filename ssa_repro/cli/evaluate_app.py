@@ -15,13 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.core.global_hydra import GlobalHydra
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from ssa_repro.cli import sweeps
-from ssa_repro.cli.keys import explain_argv, unknown_keys
-from ssa_repro.cli.train_app import log_evaluation, with_job_name
+from ssa_repro.cli.checkfirst import CheckFirst
+from ssa_repro.cli.train_app import with_job_name
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core import atomic, tracking
 from ssa_repro.core.atomic import StorageError
@@ -33,6 +30,8 @@ from ssa_repro.evaluation import runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.registry import Evaluator
 from ssa_repro.evaluation.store import StoreError
+from ssa_repro.jobs.keys import explain_argv, unknown_keys
+from ssa_repro.jobs.train_job import log_evaluation
 from ssa_repro.training import distributed
 
 
@@ -60,16 +59,6 @@ def check(cfg: DictConfig) -> Checked:
     ev, ev_found = runner.build(cfg.eval, run_cfg)
     found = device_problems(cfg.device) + unknown_keys(cfg) + step_problems(run, cfg.step) + ev_found
     return Checked(run, found, run_cfg, ev)
-
-
-# what CheckRunFirst checked before Hydra started the job, for the job's main to go on with (read and
-# built once per evaluate.py, not once in the callback and again in main): key -> Checked
-_CHECKED: dict[str, Checked] = {}
-
-
-def _key(cfg: DictConfig) -> str:
-    """The settings a check depends on (the run folder, the evaluation, step, device), as one string."""
-    return repr([str(cfg.run_dir), plain(cfg.eval), cfg.get("step"), str(cfg.device)])
 
 
 def problems(cfg: DictConfig) -> list[str]:
@@ -114,41 +103,30 @@ def _lock(cfg: DictConfig) -> RunLock:
     ).acquire()
 
 
-class CheckRunFirst(Callback):
+class CheckRunFirst(CheckFirst):
     """Check before Hydra creates anything (a typo in run_dir must not create folders), then hold
     the run folder before Hydra writes its log folder into it."""
 
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        checked = check(config)
-        if checked.problems:
-            raise _fail(checked.problems, config.run_dir)
-        _CHECKED.clear()  # one run at a time: what a failed job left is not kept
-        _CHECKED[_key(config)] = checked  # main goes on with it
-        try:
-            with atomic.storage_advice(STORAGE_ADVICE.format(run_dir=config.run_dir)):
-                self.lock = _lock(config)
-        except Exception as e:  # noqa: BLE001  (Hydra would only warn and run the job: stop here)
-            raise SystemExit(f"Error: cannot evaluate {config.run_dir}: {e}") from None
+    def problems(self, cfg: DictConfig) -> list[str]:
+        return problems(cfg)
 
-    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        _CHECKED.pop(_key(config), None)  # main took it, or the job failed before
-        lock = getattr(self, "lock", None)
-        if lock is not None:
-            lock.release()
+    def prepare(self, cfg: DictConfig, config: DictConfig) -> Checked:
+        checked = check(cfg)
+        if checked.problems:
+            raise _fail(checked.problems, cfg.run_dir)
+        try:
+            with atomic.storage_advice(STORAGE_ADVICE.format(run_dir=cfg.run_dir)):
+                self.lock = _lock(cfg)
+        except Exception as e:  # noqa: BLE001  (Hydra would only warn and run the job: stop here)
+            raise SystemExit(f"Error: cannot evaluate {cfg.run_dir}: {e}") from None
+        return checked
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if "basic" not in str(config.hydra.sweeper.get("_target_", "")).lower():
-            return
-        loader = GlobalHydra.instance().config_loader()
-        for overrides in sweeps.sweep_jobs(config, loader):
-            job = loader.load_sweep_config(config, overrides)
-            found = problems(job)
-            if found:
-                raise SystemExit(f"Error in sweep job {' '.join(overrides)}:\n  - " + "\n  - ".join(found))
+        self.check_sweep(config)
 
 
 def main(cfg: DictConfig) -> dict:
-    checked = _CHECKED.pop(_key(cfg), None) or check(cfg)  # checked by CheckRunFirst, or here
+    checked = CheckFirst.take(cfg, check)  # checked by CheckRunFirst, or here
     if checked.problems:
         raise _fail(checked.problems, cfg.run_dir)
     ev = checked.evaluator
@@ -193,6 +171,23 @@ HELP_FLAGS = (
 )
 
 
+def quote_run_dir(argv: list[str]) -> list[str]:
+    """``argv`` with a ``run_dir=`` value quoted for Hydra's grammar when it names a folder as a whole,
+    or holds ``=`` (which the grammar never takes bare): a sweep's job folder, printed as
+    ``.../scorer=ssa,seed=0``, passed back as it was printed would otherwise be read as a sweep over
+    ``,`` or refused at ``=``. A value already quoted, or a sweep over folders that exist one by one, is
+    left as it is."""
+    out = []
+    for a in argv:
+        key, eq, value = a.partition("=")
+        bare = value and value[0] not in "'\"" and ("=" in value or Path(value).is_dir())
+        if eq and key.lstrip("+") == "run_dir" and bare:
+            quote = "'" if "'" not in value else '"'
+            a = f"{key}={quote}{value}{quote}"
+        out.append(a)
+    return out
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="evaluate")
 def _app(cfg: DictConfig) -> None:
     main(cfg)
@@ -202,7 +197,7 @@ def cli(argv: list[str] | None = None) -> None:
     """``ssa-evaluate`` and ``python evaluate.py``: the run to evaluate must be named (``run_dir=``) unless
     only help or the config is asked for; an unknown key is said with the valid ones; then the Hydra app
     over conf/evaluate.yaml."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = quote_run_dir(sys.argv[1:] if argv is None else list(argv))
     names_run = any(a.split("=", 1)[0].lstrip("+") == "run_dir" for a in argv if "=" in a)
     asks_help = any(a.split("=", 1)[0] in HELP_FLAGS for a in argv)
     if not names_run and not asks_help:

@@ -12,9 +12,9 @@
         # the committed report regenerated from its per-seed CSVs and report_inputs.json alone (no runs)
 
 The matrix is ``conf/study/<name>.yaml`` (or a path to a study file); it is checked against the schema
-(ssa_repro/cli/study_schema.py) before anything runs. Runs go to ``outputs/study/<name>/`` (``--root``),
+(ssa_repro/studies/schema.py) before anything runs. Runs go to ``outputs/study/<name>/`` (``--root``),
 the report, ``<name>.md`` with its figures beside it, into that folder too (``--out DIR`` elsewhere;
-``--publish``: docs/results, where the committed reports are). See ssa_repro/cli/study.py; the report is
+``--publish``: docs/results, where the committed reports are). See ssa_repro/studies/study.py; the report is
 the one the study's ``report`` key names (:data:`REPORTS`: ``icl``, the default,
 ssa_repro/reports/study.py; ``early``, ssa_repro/reports/early.py).
 """
@@ -24,10 +24,11 @@ import logging
 import sys
 from pathlib import Path
 
-from ssa_repro.cli import arguments, commands, study
+from ssa_repro.cli import arguments, commands
 from ssa_repro.core.atomic import storage_advice
 from ssa_repro.reports import early, early_cells, paired
 from ssa_repro.reports import study as icl_report
+from ssa_repro.studies import study
 
 REPORTS = {"icl": icl_report.write, "early": early.write}  # a study's `report` key -> its writer
 RENDERERS = {"icl": icl_report.render, "early": early.render}  # the same from per-seed CSVs (--from-csv)

@@ -7,7 +7,7 @@ never blocks the next one. Two descriptions refuse each other even in one proces
 - :class:`FileLock`, an exclusive lock on a lock file (created if missing), waiting without limit
   (``timeout=None``), up to ``timeout`` seconds, or not at all (``timeout=0``), then
   :class:`LockTimeout`: the result store's protocol-folder lock (evaluation/store.py, waits) and a sweep
-  job's GPU lock (cli/devices.py, ``timeout=0``: the next GPU is tried instead).
+  job's GPU lock (jobs/devices.py, ``timeout=0``: the next GPU is tried instead).
 - :func:`lock_fd` on a descriptor the caller opened: the append lock of ``atomic.append_line`` (the
   descriptor it appends through, so no lock file beside each log) and the run lock
   (core/runlock.py: exclusive for training, shared for evaluations, and the downgrade exclusive ->

@@ -108,7 +108,6 @@ class TrackingError(RuntimeError):
 
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
-ID_FILE = WANDB_ID  # (an older name, kept for its callers; the run folder names it: core/rundir.py)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Which of a study's evaluations run on a job: one rule, read by the study runner (``cli/study.py``,
+"""Which of a study's evaluations run on a job: one rule, read by the study runner (``studies/study.py``,
 which evaluates) and by the reports (``reports/icl_cells.py``, ``reports/early.py``, which say what is
 missing), so that what a report expects is what the runner did.
 

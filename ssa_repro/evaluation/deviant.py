@@ -173,11 +173,6 @@ def outputs_and_maps(model, tokens: torch.Tensor, fn):
     return torch.cat(outs)
 
 
-def outputs_and_last_map(model, tokens: torch.Tensor, fn):
-    """:func:`outputs_and_maps` with ``fn(chunk_slice, out, last_map)``: the last layer only."""
-    return outputs_and_maps(model, tokens, lambda sl, out, maps: fn(sl, out, maps[-1]))
-
-
 RATE_METRICS = {
     "sequence_error",
     "token_error",

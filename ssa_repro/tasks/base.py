@@ -25,7 +25,7 @@ import torch
 
 @dataclass(frozen=True)
 class Stage:
-    """Where the training curriculum stands at a step (``training/curriculum.py``): the examples per
+    """Where the training curriculum stands at a step (``tasks/curriculum.py``): the examples per
     prompt and, for tasks with vector inputs, the active input dimensions (None: all of them)."""
 
     n_points: int

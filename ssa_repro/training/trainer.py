@@ -13,7 +13,7 @@ and returns its summary; it is a plain function, so tests and notebooks call it 
     summary.json         final loss, parameter count, steps/s, wall time
     wandb/               the W&B run (offline by default; ssa_repro/core/tracking.py)
 
-The evaluation at the end of a job is not the trainer's: ``ssa_repro/cli/train_app.py`` runs it on
+The evaluation at the end of a job is not the trainer's: ``ssa_repro/jobs/train_job.py`` runs it on
 the saved run, stored like ``python evaluate.py``'s. Resuming, skipping finished runs and refusing
 incompatible folders: ``run_state.py``; the state on disk: ``checkpointer.py``; SIGINT, SIGTERM and
 SIGUSR2 save a checkpoint after the step in flight (``distributed.PreemptionGuard``). A seed is the

@@ -3,14 +3,14 @@
 ``conf/study/<name>.yaml`` lists the common overrides (``base``), the task variants, the architectures,
 and groups of jobs (every combination of tasks × scorers × archs × training σ in a group, for every
 seed); and the evaluations every job gets where its task supports them. Each job is
-``train.py``'s job (:func:`ssa_repro.cli.train_app.run_job`) in ``<root>/runs/<group>/<job>``, then the
+``train.py``'s job (:func:`ssa_repro.jobs.train_job.run_job`) in ``<root>/runs/<group>/<job>``, then the
 study's evaluations (``runner.evaluate``). A finished job is skipped and stored cells are reused, so
 running the command again resumes where it stopped; jobs run in parallel processes (one thread each).
 ``<root>/index.csv`` maps every job to its run folder and evaluation protocols, rebuilt from every
 finished job's rows (``<root>/index.d/<group>/<job>.csv``); the report (``ssa_repro/reports/study.py``,
 or the one the study's ``report`` key names) is made from it and the stored results alone.
 
-Before any work the study file is checked against its schema (cli/study_schema.py) and every job's
+Before any work the study file is checked against its schema (studies/schema.py) and every job's
 config as train.py would; then the study holds ``<root>`` with core/runlock.py's lock (a second study
 process on the same folder is refused, naming the holder). docs/reliability.md says what is promised.
 
@@ -38,10 +38,6 @@ from joblib import Parallel, delayed
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from tqdm import tqdm
 
-from ssa_repro.cli import study_schema
-from ssa_repro.cli.devices import job_device
-from ssa_repro.cli.train_app import problems as train_problems
-from ssa_repro.cli.train_app import run_job
 from ssa_repro.config import CONF_DIR, compose_cached
 from ssa_repro.core import matrix
 from ssa_repro.core.atomic import storage_advice, write_text
@@ -50,7 +46,11 @@ from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.choice import chosen, study_keys
 from ssa_repro.evaluation.loading import load_run
+from ssa_repro.jobs.devices import job_device
+from ssa_repro.jobs.prepared import problems as train_problems
+from ssa_repro.jobs.train_job import run_job
 from ssa_repro.reports.paired import INDEX_DTYPES
+from ssa_repro.studies import schema as study_schema
 from ssa_repro.training import ensemble
 
 log = logging.getLogger("ssa_repro.study")
@@ -74,7 +74,7 @@ class Job:
 def load(name: str, conf_dir: Path = CONF_DIR) -> DictConfig:
     """``conf/study/<name>.yaml`` (or ``name`` itself, a path ending in ``.yaml``), merged over the
     study it names in ``defaults`` (lists replaced; a study that lists ``groups`` replaces its parent's
-    groups rather than adding to them), then checked against the schema (cli/study_schema.py): a
+    groups rather than adding to them), then checked against the schema (studies/schema.py): a
     problem stops here, one line each, naming the file, the key, the value and what is allowed."""
     path = study_path(name, conf_dir)
     cfg = _merged(path, conf_dir)
@@ -189,7 +189,7 @@ def eval_steps(study: DictConfig, key: str) -> list[int | None]:
 
 def run_one(job: Job, study: DictConfig, root: Path, index: int, n_jobs: int) -> list[dict]:
     """Train (or skip) job number ``index`` of ``n_jobs`` at once, then its evaluations; rows of the
-    index (one per evaluation). The job takes its own GPU and its share of the cores (cli/devices.py).
+    index (one per evaluation). The job takes its own GPU and its share of the cores (jobs/devices.py).
     A job finished by an earlier call whose record still holds (:func:`done_key`) returns its stored
     rows without loading its run: a resumed study skips its finished jobs in milliseconds each."""
     run_dir = root / "runs" / job.group / job.name
@@ -265,7 +265,7 @@ def _train_and_evaluate(job: Job, study: DictConfig, cfg: DictConfig, run_dir: P
     summary = run_job(cfg, run_dir)
     trained = time.perf_counter() - t0
     # Evaluated where it trained (``device=auto``: the job's GPU when there is one, else the CPU). On a
-    # GPU machine each job has one CPU thread (cli/devices.py), too few for Zorro's PLL or LM-eval.
+    # GPU machine each job has one CPU thread (jobs/devices.py), too few for Zorro's PLL or LM-eval.
     device = resolve_device(cfg.device)
     run = load_run(run_dir, device)
     task_name = str(cfg.task.name)

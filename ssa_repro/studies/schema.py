@@ -152,7 +152,7 @@ def problems(study: DictConfig, file: str) -> list[str]:
         )
     for k in REQUIRED:
         if k not in study or study[k] is None:
-            c.missing(k, f"a study file needs {', '.join(REQUIRED)} (cli/study_schema.py)")
+            c.missing(k, f"a study file needs {', '.join(REQUIRED)} (studies/schema.py)")
     if c.out:
         return c.out
     if not isinstance(study.name, str) or not NAME_RE.match(study.name):
