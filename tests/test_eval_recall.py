@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ssa_repro.cli.train_app import run_job
+from ssa_repro.jobs.train_job import run_job
 from ssa_repro.evaluation import runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.recall import RecallConfig, pair_stats, uniform_pair_stats
