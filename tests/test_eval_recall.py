@@ -10,11 +10,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ssa_repro.jobs.train_job import run_job
 from ssa_repro.evaluation import runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.recall import RecallConfig, pair_stats, uniform_pair_stats
 from ssa_repro.evaluation.registry import applicable
+from ssa_repro.jobs.train_job import run_job
 from ssa_repro.tasks import TASKS
 from tests.conftest import make_cfg
 

@@ -344,8 +344,8 @@ def test_relpos_cpus_endpoints_an_interaction_among_them_go_through_the_one_pipe
     interaction (``of: AxB``), one Holm family of three, decided on the declared seeds."""
     from omegaconf import OmegaConf
 
-    from ssa_repro.studies import study
     from ssa_repro.reports import study as report
+    from ssa_repro.studies import study
 
     setup = OmegaConf.to_container(study.load("relpos_cpu"))
     path = tmp_path / "per_seed_grid.csv"

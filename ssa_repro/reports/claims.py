@@ -24,7 +24,7 @@ Text and filters are templates: ``{name}`` is a value of the report's context or
 the value's type (``step: "{zorro_last}"`` stays an integer). What a report can name (its
 :class:`Context`: values computed from the frame, e.g. ``sigma_max``, and judges) is fixed by the report
 module (``icl.CLAIM_NAMES``, ``early.CLAIM_NAMES``), so :func:`problems` refuses a typo before a study
-runs (``cli/study_schema.py``). Each contrast is a paired test b − a over seeds with the margin of its
+runs (``studies/schema.py``). Each contrast is a paired test b − a over seeds with the margin of its
 metric (``stats.MARGINS``, ``paired.EXTRA_MARGINS``: the margin is the metric's, as the decision rule
 states it), Holm-adjusted within its family (``paired.claims_table``).
 """

@@ -73,7 +73,7 @@ CLAIM_NAMES = (
     "lm_splits",
     "lm_methods",
 )
-"""What the early-learning claims can name (:func:`context`); ``cli/study_schema.py`` refuses any other."""
+"""What the early-learning claims can name (:func:`context`); ``studies/schema.py`` refuses any other."""
 JUDGES = ("zorro", "lm_task")
 
 

@@ -53,7 +53,7 @@ CLAIM_NAMES = (
     "group_archs",
     "ladder_cells",
 )
-"""What the ICL claims can name (:func:`context`); ``cli/study_schema.py`` refuses any other."""
+"""What the ICL claims can name (:func:`context`); ``studies/schema.py`` refuses any other."""
 JUDGES = ("learned",)
 
 
