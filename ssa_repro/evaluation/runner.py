@@ -104,7 +104,16 @@ def run_evaluator(run: LoadedRun, ev: Evaluator, between=None) -> dict:
     wanted = ev.cells()
     run_id = getattr(run, "run_id", None)  # cells of another model (identity) are never reused
     have = set() if ev.cfg.force else store.present(run.step, run_id)
-    missing = [c for c in wanted if store.cell_key(c) not in have]
+    short = set() if ev.cfg.force else short_cells(store, ev, wanted, run.step, run_id)
+    missing = [c for c in wanted if store.cell_key(c) not in have or store.cell_key(c) in short]
+    if short:
+        log.warning(
+            "%s: %d stored cell(s) lack their rows in %s (an earlier call was stopped between its "
+            "parts); they are computed again",
+            ev.name,
+            len(short),
+            ", ".join(t for t in ev.tables() if t != "results"),
+        )
     log.info(
         "%s (eval=%s) on %s, step %d: %d cells, %d stored, %d to compute; results in %s",
         ev.name,
@@ -150,6 +159,21 @@ def run_evaluator(run: LoadedRun, ev: Evaluator, between=None) -> dict:
     )
     log.info("%s: %.1f s; %s", ev.name, seconds, store.dir / SUMMARY)
     return summary
+
+
+def short_cells(store: Store, ev: Evaluator, wanted: list[dict], step: int, run_id) -> set[tuple]:
+    """The keys of the cells of ``wanted`` stored in ``results`` at ``step`` whose rows another table
+    of the protocol should hold (:meth:`Evaluator.covers`) and does not: a kill between a call's
+    parts. Computing them again writes every table of them anew (readers keep the newest part)."""
+    have = store.present(step, run_id)
+    short: set[tuple] = set()
+    for table in ev.tables():
+        if table == "results":
+            continue
+        rows = store.present(step, run_id, table)
+        expected = {store.cell_key(c) for c in ev.covers(table, wanted)}
+        short |= {k for k in expected & have if k not in rows}
+    return short
 
 
 def mark_non_finite(frame: pd.DataFrame, ev: Evaluator, table: str) -> pd.DataFrame:
