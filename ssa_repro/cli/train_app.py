@@ -116,8 +116,8 @@ class ValidateFirst(Callback):
                 "they start: add hydra.run.dir=<folder>, or start with `python -m ssa_repro.launch --nproc "
                 "N ...`, which does (Hydra resolves ${now:...} in each process separately)"
             )
-        run_dir = Path(str(config.hydra.run.dir))
-        try:
+        try:  # the folder's name first: a value it cannot hold is refused naming its key (resolvers.run_name)
+            run_dir = Path(str(config.hydra.run.dir))
             found = problems(config)
         except Exception as e:  # noqa: BLE001  (Hydra would only warn and run the job: stop here)
             raise SystemExit(f"Error: {type(e).__name__}: {e}") from None

@@ -32,6 +32,7 @@ from omegaconf.errors import ValidationError
 
 from ssa_repro.core import plotting
 from ssa_repro.core.atomic import json_text
+from ssa_repro.core.refusals import value_refusal
 from ssa_repro.core.rundir import SUMMARY
 from ssa_repro.evaluation import presets
 from ssa_repro.evaluation.loading import LoadedRun
@@ -70,7 +71,7 @@ def build(cfg, run_cfg, task=None) -> tuple[Evaluator | None, list[str]]:
     try:  # a private, typed copy (a value the schema refuses is a problem, said like the others)
         cfg = OmegaConf.merge(OmegaConf.structured(EVALUATORS.schemas[cfg.name]), cfg)
     except ValidationError as e:
-        return None, [f"eval.{e.full_key}: {str(e).splitlines()[0]}"]
+        return None, [value_refusal(e, "eval.")]
     ev = cls(cfg, run_cfg, task)
     ev.preset = preset
     ev.resolve()

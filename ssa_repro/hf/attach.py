@@ -33,6 +33,7 @@ from torch import nn
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
+from ssa_repro.core.refusals import value_refusal
 from ssa_repro.hf.attention import (
     ATTN_IMPLS,
     HONOURED,
@@ -158,8 +159,8 @@ def scorer_config(name: str, keys: dict, model=None) -> DictConfig:
         cfg = OmegaConf.merge(base, raw, {k: v for k, v in keys.items() if k != "name"})
         root = OmegaConf.create({"model": {"max_positions": max_positions(model)}, "scorer": cfg})
         cfg = OmegaConf.merge(base, OmegaConf.to_container(root.scorer, resolve=True))
-    except OmegaConfBaseException as e:
-        raise AttachError(f"scorer={name}: {str(e).splitlines()[0]}") from None
+    except OmegaConfBaseException as e:  # the key, the value and what is allowed (core/refusals.py)
+        raise AttachError(f"scorer={name}: {value_refusal(e)}") from None
     bad = [
         f"scorer.{k}={v} must be a finite number"
         for k, v in cfg.items()
