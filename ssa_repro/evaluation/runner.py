@@ -232,7 +232,7 @@ def redraw(store: Store, ev: Evaluator, title: str, run_id: str | None = None) -
             "presets": sorted(set(results["preset"])) if "preset" in results else [],
             "step": step,
             "steps": sorted(int(s) for s in results["step"].unique()) if len(results) else [],
-            "dir": str(store.dir),
+            "dir": str(store.dir.relative_to(store.run_dir)),  # relative: a copied run folder works in place
             "figures": figures,
             "tables": [t for t in ev.tables() if len(frames[t])],
             "heatmap": ev.heatmap(),
@@ -242,4 +242,4 @@ def redraw(store: Store, ev: Evaluator, title: str, run_id: str | None = None) -
         if len(marked):  # cells whose values are not finite (marked when stored): said in the summary
             summary["non_finite_rows"] = int(len(marked))
         store.write_derived(SUMMARY, json_text(summary).encode())
-    return summary
+    return {**summary, "dir": str(store.dir)}  # (to the caller: where this process finds it)

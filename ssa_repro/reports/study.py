@@ -50,6 +50,7 @@ from ssa_repro.reports import (
     paired,
     primary,
     provenance,
+    runs,
 )
 from ssa_repro.reports.tables import markdown_table, seed_ranges
 
@@ -480,7 +481,9 @@ def rule_markdown(table: pd.DataFrame) -> list[str]:
     lines = [
         "**Decision rule** (docs/statistics.md). Per contrast, b − a per seed (same seed: same initial "
         "weights and training prompts; same evaluation prompts), averaged over seeds; a 95% expanded "
-        "percentile bootstrap interval over seeds; the sign-flip p over seeds " + stats.SIGN_FLIP_P + ", Holm-adjusted once, in "
+        "percentile bootstrap interval over seeds; the sign-flip p over seeds "
+        + stats.SIGN_FLIP_P
+        + ", Holm-adjusted once, in "
         "the contrast's one family, named beside it: the contrasts of its claim (one per task), a family "
         "claims share, or the declared primary endpoints. *yes*: the interval excludes 0 on the claimed "
         "side and p_Holm < 0.05; *contradicted*: the same on the other side, unless both intervals lie "
@@ -525,6 +528,7 @@ def read_index(root: Path) -> pd.DataFrame | None:
         # study folder moved) does not share; read from there, the cells would silently be missing.
         here = [Path(root) / "runs" / str(g) / str(j) for g, j in zip(index.group, index.job)]
         index["run_dir"] = [str(h) if h.is_dir() else d for h, d in zip(here, index.run_dir)]
+        runs.flag_same_runs(index.run_dir.unique(), f"the study in {root}")  # a copied job is no seed
     return index
 
 
