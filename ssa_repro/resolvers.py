@@ -1,5 +1,6 @@
 """The resolvers conf/ uses (registered on import; ssa_repro/config.py imports this).
 
+``ssa_run_name``: a run folder's name, refused naming the key when it cannot be one (``run_name``);
 ``ssa_job_dir``: a sweep job's folder name from its overrides (``job_dir``); ``ssa_eval_sweep_dir``:
 where an evaluation multirun's job logs go (``eval_sweep_dir``). See ssa_repro/cli/sweeps.py for the
 sweeps that use them.
@@ -17,6 +18,7 @@ from omegaconf import OmegaConf
 
 from ssa_repro.core.rundir import RunDir
 
+NAME_MAX = 255  # bytes of one file or folder name (Linux, macOS and Windows file systems)
 MAX_DIR = 200  # characters of a job folder name before the rest is replaced by a hash
 SWEEP_KEYS_ENV = "SSA_SWEEP_KEYS"  # the keys that vary across the sweep's jobs (set before jobs start)
 
@@ -61,5 +63,29 @@ def eval_sweep_dir(task_overrides, stamp: str) -> str:
     return str(Path(os.path.commonpath(paths)) / "eval_sweeps" / stamp)
 
 
+def run_name(stamp: str, *keys: str, _root_) -> str:
+    """A run folder's name: ``stamp`` and the values of ``keys`` (``task.name``, ``scorer.label``, ...)
+    joined by ``_``. A value that would nest folders (``/``) or a name past the file system's limit
+    for one name (NAME_MAX bytes) is refused naming the key and what is allowed, before Hydra creates
+    any folder (else the OS's "File name too long" names no key and leaves an empty dated folder)."""
+    values = [(k, str(OmegaConf.select(_root_, k))) for k in keys]
+    for key, value in values:
+        if "/" in value or "\0" in value:
+            raise ValueError(
+                f"{key}={value!r} holds '/' and would nest folders in the run folder's name; allowed: a "
+                "name without '/'"
+            )
+    name = "_".join([stamp, *(v for _, v in values)])
+    if len(name.encode()) > NAME_MAX:
+        key, value = max(values, key=lambda kv: len(kv[1].encode()))
+        raise ValueError(
+            f"{key}={value[:40]!r}... ({len(value)} characters) makes the run folder's name "
+            f"{len(name.encode())} bytes long; allowed: at most {NAME_MAX} bytes in all (the file system's "
+            f"limit for one name): shorten {key}, or name the folder with hydra.run.dir=<folder>"
+        )
+    return name
+
+
 OmegaConf.register_new_resolver("ssa_job_dir", job_dir, replace=True)
+OmegaConf.register_new_resolver("ssa_run_name", run_name, replace=True)
 OmegaConf.register_new_resolver("ssa_eval_sweep_dir", eval_sweep_dir, replace=True)

@@ -203,6 +203,7 @@ def test_compare_leaves_damaged_files_in_place_and_says_what_it_leaves_out(run, 
     assert f"python evaluate.py run_dir={run} eval=grid" in caplog.text
     other = run.parent / "other"
     shutil.copytree(run, other)
+    (other / "run_id.txt").write_text("r-another-run\n")  # (a copy would be refused as one run twice)
     (store.dir / "protocol.json").write_bytes(b'{"evaluation": "gr')  # and then its protocol.json
     before = files(run)
     with caplog.at_level(logging.WARNING):

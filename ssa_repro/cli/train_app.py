@@ -63,7 +63,10 @@ class ValidateFirst(CheckFirst):
                 "they start: add hydra.run.dir=<folder>, or start with `python -m ssa_repro.launch --nproc "
                 "N ...`, which does (Hydra resolves ${now:...} in each process separately)"
             )
-        run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))  # as Hydra's runtime.output_dir
+        try:  # the folder's name first: a value it cannot hold is refused naming its key (resolvers.run_name)
+            run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))  # as Hydra's runtime.output_dir
+        except Exception as e:  # noqa: BLE001  (Hydra would only warn and run the job: stop here)
+            raise SystemExit(f"Error: {type(e).__name__}: {e}") from None
         lock = RunLock(run_dir, "train")
 
         def hold() -> None:  # one writer from here on, before Hydra writes .hydra/ into the folder

@@ -128,6 +128,22 @@ def storage_message(err: int | None, path: str | os.PathLike, hint: str = DEFAUL
     return None
 
 
+def unwritable(folder: str | os.PathLike) -> str | None:
+    """Why this process cannot create files in the existing ``folder`` (a read-only file system, or
+    no write permission for this user), in the words :func:`storage_message` gives a failed write;
+    None when it can. Checked before any work (a superuser's ``os.access`` answers "not writable" on a
+    read-only mount too, so the file system's flag is read first)."""
+    folder = Path(folder)
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return f"{folder} is on a read-only file system"
+    except OSError:  # pragma: no cover (a folder that vanished: the access check answers)
+        pass
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder} is read-only / not writable by this user (permission denied)"
+    return None
+
+
 _WORDS = {  # strerror texts found in messages of writers that do not raise OSError themselves
     "No space left on device": errno.ENOSPC,
     "Disk quota exceeded": getattr(errno, "EDQUOT", errno.ENOSPC),

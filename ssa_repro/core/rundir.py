@@ -43,6 +43,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 
 from ssa_repro.core import atomic, checkpoint
 from ssa_repro.core.enums import value_of
+from ssa_repro.core.refusals import value_refusal
 from ssa_repro.core.registry import schema_of
 from ssa_repro.core.schema import ModelConfig, RootConfig
 
@@ -251,7 +252,7 @@ class RunDir:
         try:
             return typed(raw)
         except (ValidationError, ConfigKeyError) as e:
-            raise RunFolderError(f"{self.config_file}: {str(e).splitlines()[0]} (key {e.full_key})") from None
+            raise RunFolderError(f"{self.config_file}: {value_refusal(e)}") from None
 
     def load_checkpoint(self, map_location="cpu", step: int | None = None) -> dict:
         """``checkpoints/last.pt``, or the checkpoint of ``step`` (:meth:`checkpoint_at`), loaded with

@@ -86,6 +86,7 @@ from urllib.parse import urlparse
 
 from ssa_repro.core import atomic
 from ssa_repro.core.enums import value_of
+from ssa_repro.core.identity import run_identity
 from ssa_repro.core.rundir import SUMMARY, WANDB_ID, RunDir
 
 log = logging.getLogger(__name__)
@@ -474,6 +475,7 @@ class Tracker:
         config = {
             **run_config,
             "eval": {"name": name, **_plain(protocol)},
+            "run_identity": run_identity(run_dir).as_dict(),  # copies of one run share it (core/identity.py)
             "train_run": {
                 "id": train.get("id"),
                 "dir": str(run_dir.resolve()),

@@ -304,13 +304,36 @@ def check_base_url(base_url: str | None) -> None:
 
 def check_root(root: Path) -> None:
     """The data root is a folder (or can be made one) this user can write; else one line."""
-    if root.exists() and not root.is_dir():
-        raise BadInput(f"--root {root} is a file, not a folder; allowed: a folder (created if missing)")
-    existing = next((p for p in (root, *root.parents) if p.exists()), None)
+    check_folder("--root", root)
+
+
+def check_folder(option: str, folder: Path) -> None:
+    """``folder`` (given by ``option``) is a folder, or can be made one, that this process can write
+    (:func:`ssa_repro.core.atomic.unwritable`: a read-only file system, or no permission); else one
+    line naming the option, the folder and what is allowed, before any download."""
+    if folder.exists() and not folder.is_dir():
+        raise BadInput(f"{option} {folder} is a file, not a folder; allowed: a folder (created if missing)")
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():
-        raise BadInput(f"--root {root}: {existing} is a file, not a folder; allowed: a folder")
-    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-        raise BadInput(f"--root {root}: {existing} is not writable by this user; allowed: a writable folder")
+        raise BadInput(f"{option} {folder}: {existing} is a file, not a folder; allowed: a folder")
+    why = atomic.unwritable(existing) if existing is not None else None
+    if why:
+        raise BadInput(f"{option} {folder}: {why}; allowed: a writable folder")
+
+
+def check_cache(todo: list[Entry], manifest: Manifest, cache: Path) -> None:
+    """The cache (``--cache-dir``) is checked as the root is, where a derived file to build needs an
+    input it does not hold yet (a cache that is only read needs no write access)."""
+    fetch = [
+        n
+        for e in todo
+        if e.derive
+        for n in e.inputs
+        if n in manifest.inputs
+        and not _in_place(cache / n, manifest.inputs[n].sha256, manifest.inputs[n].bytes)
+    ]
+    if fetch:
+        check_folder("--cache-dir", cache)
 
 
 def _in_place(path: Path, sha256: str, size: int) -> bool:
@@ -404,6 +427,7 @@ def get_data(
         info = manifest.groups[group]
         say(f"  {group}: licence {info['licence']}" + (f"; cite {info['cite']}" if info.get("cite") else ""))
     todo = [e for e in entries if not _in_place(root / e.path, e.sha256, e.bytes)]
+    check_cache(todo, manifest, cache)
     down = _unreachable_hosts(todo, manifest, base_url, cache, timeout, say)
     missing: list[tuple[Entry, str]] = []  # (entry, why)
     unreachable = bool(down)

@@ -33,9 +33,22 @@ def data_file(root: str | os.PathLike, relative: str) -> Path:
     if not path.is_file():
         raise DataFileError(
             f"data file not found: {path}\n"
-            f"  data.root={root!s} resolves to {base}"
-            + ("" if base.is_dir() else " (which does not exist)")
+            f"  data.root={root!s} resolves to {base}{_what_is(base, relative)}"
             + "\n  point the config at the folder holding it: data.root=/path/to/data "
             "(or set SSA_DATA_ROOT); nothing is downloaded at run time"
         )
     return path
+
+
+def _what_is(base: Path, relative: str) -> str:
+    """What stands where the folder or the file should be, when it is not simply missing: data.root
+    a file, a folder this user cannot read, or the file's own path a folder."""
+    if base.is_file():
+        return " (which is a file, not a folder: allowed, a folder holding the data)"
+    if not base.exists():
+        return " (which does not exist)"
+    if not os.access(base, os.R_OK | os.X_OK):
+        return " (a folder this user cannot read: fix its permissions)"
+    if (base / relative).is_dir():
+        return f" (where {relative} is a folder, not a file)"
+    return ""

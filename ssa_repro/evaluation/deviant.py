@@ -639,6 +639,12 @@ class Deviant(Evaluator):
     def tables(self) -> tuple[str, ...]:
         return ("results", "attention")
 
+    def covers(self, table: str, cells: list[dict]) -> list[dict]:
+        """``attention``: every cell with ``detail`` on a model with attention (none else); ``results``:
+        every cell."""
+        maps = self.cfg.detail and self.run_cfg.model.name != "ff_only"
+        return list(cells) if table != "attention" or maps else []
+
     def heatmap(self) -> dict | None:
         return {"rows": "M", "cols": "k", "metric": "sequence_error" if self.task.classification else "mse"}
 

@@ -349,6 +349,20 @@ class GridEvaluation(Evaluator):
     def tables(self) -> tuple[str, ...]:
         return ("results", "by_position")
 
+    def covers(self, table: str, cells: list[dict]) -> list[dict]:
+        """``by_position``: the longest cell of each shift (σ, ...), where the spec has a per-position
+        metric (what :meth:`compute` writes rows of); ``results``: every cell."""
+        if table != "by_position":
+            return list(cells)
+        if not self.spec.by_position:
+            return []
+        longest: dict[tuple, dict] = {}
+        for cell in cells:
+            key = tuple(cell[a] for a in self.spec.axes)
+            if key not in longest or int(cell["length"]) > int(longest[key]["length"]):
+                longest[key] = cell
+        return list(longest.values())
+
     def heatmap(self) -> dict | None:
         return {"rows": self.spec.rows, "cols": self.spec.cols, "metric": self.spec.headline}
 

@@ -111,6 +111,13 @@ class Evaluator:
         """The tables ``compute`` writes (``results`` first)."""
         return ("results",)
 
+    def covers(self, table: str, cells: list[dict]) -> list[dict]:
+        """The cells of ``cells`` that ``table`` holds rows of once they are computed (every one by
+        default; an evaluator whose table has rows for some cells only says which). Each evaluation
+        checks its stored tables against this and computes again the cells a table is short of (a
+        call killed between writing its parts: ``runner.short_cells``)."""
+        return list(cells)
+
 
 def applicable(task: Task | type[Task]) -> list[str]:
     """The evaluations (registered names, sorted) that apply to ``task`` (an instance or its class)."""

@@ -32,6 +32,7 @@ from omegaconf.errors import ValidationError
 
 from ssa_repro.core import plotting
 from ssa_repro.core.atomic import json_text
+from ssa_repro.core.refusals import value_refusal
 from ssa_repro.core.rundir import SUMMARY
 from ssa_repro.evaluation import presets
 from ssa_repro.evaluation.loading import LoadedRun
@@ -70,7 +71,7 @@ def build(cfg, run_cfg, task=None) -> tuple[Evaluator | None, list[str]]:
     try:  # a private, typed copy (a value the schema refuses is a problem, said like the others)
         cfg = OmegaConf.merge(OmegaConf.structured(EVALUATORS.schemas[cfg.name]), cfg)
     except ValidationError as e:
-        return None, [f"eval.{e.full_key}: {str(e).splitlines()[0]}"]
+        return None, [value_refusal(e, "eval.")]
     ev = cls(cfg, run_cfg, task)
     ev.preset = preset
     ev.resolve()
@@ -104,7 +105,16 @@ def run_evaluator(run: LoadedRun, ev: Evaluator, between=None) -> dict:
     wanted = ev.cells()
     run_id = getattr(run, "run_id", None)  # cells of another model (identity) are never reused
     have = set() if ev.cfg.force else store.present(run.step, run_id)
-    missing = [c for c in wanted if store.cell_key(c) not in have]
+    short = set() if ev.cfg.force else short_cells(store, ev, wanted, run.step, run_id)
+    missing = [c for c in wanted if store.cell_key(c) not in have or store.cell_key(c) in short]
+    if short:
+        log.warning(
+            "%s: %d stored cell(s) lack their rows in %s (an earlier call was stopped between its "
+            "parts); they are computed again",
+            ev.name,
+            len(short),
+            ", ".join(t for t in ev.tables() if t != "results"),
+        )
     log.info(
         "%s (eval=%s) on %s, step %d: %d cells, %d stored, %d to compute; results in %s",
         ev.name,
@@ -150,6 +160,21 @@ def run_evaluator(run: LoadedRun, ev: Evaluator, between=None) -> dict:
     )
     log.info("%s: %.1f s; %s", ev.name, seconds, store.dir / SUMMARY)
     return summary
+
+
+def short_cells(store: Store, ev: Evaluator, wanted: list[dict], step: int, run_id) -> set[tuple]:
+    """The keys of the cells of ``wanted`` stored in ``results`` at ``step`` whose rows another table
+    of the protocol should hold (:meth:`Evaluator.covers`) and does not: a kill between a call's
+    parts. Computing them again writes every table of them anew (readers keep the newest part)."""
+    have = store.present(step, run_id)
+    short: set[tuple] = set()
+    for table in ev.tables():
+        if table == "results":
+            continue
+        rows = store.present(step, run_id, table)
+        expected = {store.cell_key(c) for c in ev.covers(table, wanted)}
+        short |= {k for k in expected & have if k not in rows}
+    return short
 
 
 def mark_non_finite(frame: pd.DataFrame, ev: Evaluator, table: str) -> pd.DataFrame:
@@ -207,7 +232,7 @@ def redraw(store: Store, ev: Evaluator, title: str, run_id: str | None = None) -
             "presets": sorted(set(results["preset"])) if "preset" in results else [],
             "step": step,
             "steps": sorted(int(s) for s in results["step"].unique()) if len(results) else [],
-            "dir": str(store.dir),
+            "dir": str(store.dir.relative_to(store.run_dir)),  # relative: a copied run folder works in place
             "figures": figures,
             "tables": [t for t in ev.tables() if len(frames[t])],
             "heatmap": ev.heatmap(),
@@ -217,4 +242,4 @@ def redraw(store: Store, ev: Evaluator, title: str, run_id: str | None = None) -
         if len(marked):  # cells whose values are not finite (marked when stored): said in the summary
             summary["non_finite_rows"] = int(len(marked))
         store.write_derived(SUMMARY, json_text(summary).encode())
-    return summary
+    return {**summary, "dir": str(store.dir)}  # (to the caller: where this process finds it)

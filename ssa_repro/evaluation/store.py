@@ -57,7 +57,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ssa_repro.core.atomic import atomic_path, write_bytes, write_json, write_text
+from ssa_repro.core.atomic import atomic_path, clean_leftovers, write_bytes, write_json, write_text
 from ssa_repro.core.locks import FileLock
 from ssa_repro.core.rundir import RunDir
 
@@ -239,7 +239,9 @@ class Store:
         self.ensure()
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
         out = []
-        for table, frame in tables.items():
+        # ``results`` last: its part is what makes a cell count as stored (:meth:`present`), so a call
+        # killed between its parts leaves cells that are computed again, never cells half-kept
+        for table, frame in sorted(tables.items(), key=lambda kv: kv[0] == "results"):
             if frame is None or frame.empty:
                 continue
             path = self.dir / PARTS / f"{table}-{stamp}-{os.getpid()}-{next(_counter):04d}.csv"
@@ -261,6 +263,10 @@ class Store:
         cells then count as missing and are computed again). Returns where the moved parts went."""
         damaged: dict[Path, DamagedFile] = {}
         with self.locked():
+            # temporary files of writers that died mid-write (a kill): their pid is checked, a live
+            # writer's file is left alone (:func:`~ssa_repro.core.atomic.clean_leftovers`)
+            for p in clean_leftovers(self.dir):
+                log.info("removed %s, left by a killed write (its process is gone)", p)
             parts = sorted((self.dir / PARTS).glob("*.csv"))
             for path in parts:
                 try:
@@ -312,7 +318,8 @@ class Store:
             current = info["key"] == self._drawing_key(title)
         except (OSError, ValueError, KeyError, TypeError):  # none yet, or damaged: draw
             return None
-        return figures if current and all((self.dir / f).is_file() for f in figures) else None
+        whole = all(_nonempty(self.dir / f) for f in figures)  # an emptied figure is drawn again
+        return figures if current and whole else None
 
     def record_drawn(self, title: str, figures: list[str]) -> None:
         """Say which parts (and title) ``figures`` were drawn from."""
@@ -361,10 +368,11 @@ class Store:
             frame = frame[frame["_part"] == newest]
         return frame.drop(columns="_part").reset_index(drop=True)
 
-    def present(self, step: int, run_id: str | None = None) -> set[tuple]:
+    def present(self, step: int, run_id: str | None = None, table: str = "results") -> set[tuple]:
         """The cells (tuples of coordinate values, NaN as '∅') stored for checkpoint ``step`` (of the
-        model ``run_id``, see :meth:`read`)."""
-        frame = self.read("results", run_id)
+        model ``run_id``, see :meth:`read`) in ``table`` (``results``: the cells that count as stored;
+        another table: the cells it holds rows of, to check that it covers what it should)."""
+        frame = self.read(table, run_id)
         if frame.empty or "step" not in frame:
             return set()
         frame = frame[frame["step"] == step]
@@ -374,6 +382,13 @@ class Store:
         return tuple(
             "∅" if cell.get(c) is None or cell.get(c) != cell.get(c) else cell[c] for c in self.coords
         )
+
+
+def _nonempty(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _canonical(info: dict) -> str:

@@ -401,6 +401,10 @@ class Zorro(Evaluator):
     def tables(self) -> tuple[str, ...]:
         return ("results", "pairs")
 
+    def covers(self, table: str, cells: list[dict]) -> list[dict]:
+        """``pairs``: every cell unless ``n_pairs=0`` (no pairs scored); ``results``: every cell."""
+        return list(cells) if table != "pairs" or self.cfg.n_pairs != 0 else []
+
     def draw(self, frames, title, out_dir: Path) -> list[Path]:
         res = frames["results"]
         acc = res[res.metric == "accuracy"] if len(res) else res

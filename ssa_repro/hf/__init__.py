@@ -6,6 +6,7 @@ reads back a model saved with ``save_pretrained`` after ``attach``; ``presets()`
 options of conf/scorer that ``attach`` accepts by name (docs/huggingface.md).
 """
 
-from ssa_repro.hf.attach import ATTN_NAME, AttachError, attach, load_pretrained, presets
+from ssa_repro.hf.attach import ATTN_NAME, AttachError, attach, presets
+from ssa_repro.hf.load import load_pretrained
 
 __all__ = ["ATTN_NAME", "AttachError", "attach", "load_pretrained", "presets"]

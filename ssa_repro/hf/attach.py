@@ -1,4 +1,4 @@
-"""Attach a scorer of the registry to a ``transformers`` model, and load such a model back.
+"""Attach a scorer of the registry to a ``transformers`` model (loading one back: :mod:`ssa_repro.hf.load`).
 
 :func:`attach` finds the attention modules (those whose ``forward`` calls transformers' attention
 interface, ``ALL_ATTENTION_FUNCTIONS``), reads what each passes to its attention function (the keyword
@@ -22,21 +22,18 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
-import json
-import logging
 import math
 import textwrap
-import warnings
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from safetensors import safe_open
 from torch import nn
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 
+from ssa_repro.core.refusals import value_refusal
 from ssa_repro.hf.attention import (
     ATTN_IMPLS,
     HONOURED,
@@ -162,8 +159,8 @@ def scorer_config(name: str, keys: dict, model=None) -> DictConfig:
         cfg = OmegaConf.merge(base, raw, {k: v for k, v in keys.items() if k != "name"})
         root = OmegaConf.create({"model": {"max_positions": max_positions(model)}, "scorer": cfg})
         cfg = OmegaConf.merge(base, OmegaConf.to_container(root.scorer, resolve=True))
-    except OmegaConfBaseException as e:
-        raise AttachError(f"scorer={name}: {str(e).splitlines()[0]}") from None
+    except OmegaConfBaseException as e:  # the key, the value and what is allowed (core/refusals.py)
+        raise AttachError(f"scorer={name}: {value_refusal(e)}") from None
     bad = [
         f"scorer.{k}={v} must be a finite number"
         for k, v in cfg.items()
@@ -376,115 +373,3 @@ def hook_init(model: PreTrainedModel) -> None:
             m.__dict__.get("_init_weights"), functools.partial
         ):
             m._init_weights = functools.partial(_init_weights, type(m)._init_weights, m)
-
-
-def _saved_tensors(path: Path) -> dict[str, str]:
-    """Tensor name -> safetensors file holding it, for a folder written by ``save_pretrained``."""
-    index = path / "model.safetensors.index.json"
-    if index.exists():
-        return {k: str(path / f) for k, f in json.loads(index.read_text())["weight_map"].items()}
-    single = path / "model.safetensors"
-    if not single.exists():
-        raise FileNotFoundError(f"{path}: no model.safetensors(.index.json) (written by save_pretrained)")
-    with safe_open(str(single), "pt") as f:
-        return {k: str(single) for k in f.keys()}  # noqa: SIM118 (safe_open is no mapping)
-
-
-LOG = logging.getLogger(__name__)
-LOAD_LOGGER = logging.getLogger("transformers.modeling_utils")  # where transformers logs its LOAD REPORT
-
-
-class _LoadReport(logging.Filter):
-    """On transformers' loading-report logger: a report listing ``ssa_scorer`` tensors as UNEXPECTED
-    means an SSA model was loaded without its scorer; it gets a warning saying so and how to restore it.
-    Inside :func:`load_pretrained`, such a report is held back instead (``held``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.held: list[logging.LogRecord] | None = None  # a list while load_pretrained runs
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        if (
-            getattr(record, "ssa_repro_loaded", False)
-            or "LOAD REPORT" not in text
-            or f"{SCORER_ATTR}." not in text
-        ):
-            return True
-        if self.held is not None:
-            self.held.append(record)
-            return False
-        path = text.split(" from: ", 1)[-1].splitlines()[0].strip()
-        saved = _saved_scorer(Path(path))
-        warnings.warn(
-            f"{path} holds a model saved after ssa_repro.hf.attach (scorer {saved or '?'}), loaded here "
-            "without its scorer: the model computes the architecture's own attention and its ssa_scorer "
-            f"tensors were dropped; restore it with ssa_repro.hf.load_pretrained(<model class>, {path!r})",
-            UserWarning,
-            stacklevel=2,
-        )
-        return True
-
-
-def _saved_scorer(path: Path) -> str | None:
-    """The scorer label saved in ``path``/config.json, or None."""
-    try:
-        saved = json.loads((path / "config.json").read_text()).get(CONFIG_KEY) or {}
-    except (OSError, ValueError):
-        return None
-    return saved.get("label") or saved.get("name")
-
-
-REPORT_FILTER = _LoadReport()
-if not any(isinstance(f, _LoadReport) for f in LOAD_LOGGER.filters):
-    LOAD_LOGGER.addFilter(REPORT_FILTER)
-else:  # a re-import (importlib.reload): keep the filter already installed
-    REPORT_FILTER = next(f for f in LOAD_LOGGER.filters if isinstance(f, _LoadReport))
-
-
-def load_pretrained(
-    model_cls: type[PreTrainedModel], path, *, attn_impl: str = "auto", **kwargs
-) -> PreTrainedModel:
-    """``model_cls.from_pretrained(path, **kwargs)`` for a model saved after :func:`attach`: attaches
-    the scorer named in its config.json again (with ``attn_impl``, as :func:`attach`) and loads the
-    scorer parameters saved beside the weights
-    (``from_pretrained`` itself drops them as unexpected keys; its loading report is shown only where
-    it lists more than those)."""
-    path = Path(path)
-    if _saved_scorer(path) is None:
-        raise AttachError(
-            f"{path / 'config.json'} has no {CONFIG_KEY!r}: not saved after ssa_repro.hf.attach"
-        )
-    REPORT_FILTER.held = []
-    try:
-        model, info = model_cls.from_pretrained(path, output_loading_info=True, **kwargs)
-    finally:
-        held, REPORT_FILTER.held = REPORT_FILTER.held, None
-    keys = dict(getattr(model.config, CONFIG_KEY))
-    attach(model, scorer=keys.pop("name"), attn_impl=attn_impl, **keys)
-    others = [k for k in info["unexpected_keys"] if f"{SCORER_ATTR}." not in k]
-    if others or info["missing_keys"] or info["mismatched_keys"]:
-        for record in held:  # the report has more to say than the scorer tensors: show it
-            record.msg = (
-                f"{record.getMessage()}\n(the {SCORER_ATTR} rows were loaded by ssa_repro.hf.load_pretrained)"
-            )
-            record.args, record.ssa_repro_loaded = (), True
-            LOAD_LOGGER.handle(record)
-    where = _saved_tensors(path)
-    state, absent = {}, []
-    for k, t in model.state_dict().items():
-        if f".{SCORER_ATTR}." not in k:
-            continue
-        # the same name, or the name under another head class's prefix (e.g. transformer.h.0… vs h.0…)
-        match = [s for s in where if s == k or s.endswith("." + k) or k.endswith("." + s)]
-        if len(match) > 1:
-            raise AttachError(f"{path}: scorer tensor {k} found {len(match)} times among the saved tensors")
-        if not match:  # a layer the checkpoint lacks (its weights are MISSING in transformers' report too)
-            absent.append(k)
-            continue
-        with safe_open(where[match[0]], "pt", device=str(t.device)) as f:
-            state[k] = f.get_tensor(match[0])
-    if absent:
-        LOG.warning("%s: no saved values for %s; they keep their initial values", path, ", ".join(absent))
-    model.load_state_dict(state, strict=False)
-    return model

@@ -514,13 +514,24 @@ def kinds_problem(paths) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """``ssa-compare``'s work on its parsed arguments (ssa_repro/cli/arguments.py ``compare``)."""
-    mixed = kinds_problem(args.paths)
+    try:  # (walking the paths refuses a run given twice, a copy beside its original: said in words)
+        mixed = kinds_problem(args.paths)
+        corpus = (
+            "mlm"
+            if zorro_table.mlm_run_dirs(args.paths)
+            else "lm"
+            if lm_table.lm_run_dirs(args.paths)
+            else None
+        )
+    except ReportError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 2
     if mixed:
         print(f"Error: {mixed}", file=sys.stderr)
         return 2
-    if zorro_table.mlm_run_dirs(args.paths):
+    if corpus == "mlm":
         return zorro_table.main(args.paths, args.out, "pll")
-    if lm_table.lm_run_dirs(args.paths):
+    if corpus == "lm":
         return lm_table.main(args.paths, args.out)
     t0 = time.perf_counter()
     try:

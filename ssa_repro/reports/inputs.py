@@ -17,7 +17,7 @@ import pandas as pd
 from ssa_repro.core import matrix
 from ssa_repro.core.atomic import write_text
 from ssa_repro.evaluation.choice import chosen
-from ssa_repro.reports import paired, provenance
+from ssa_repro.reports import paired, provenance, runs
 
 INPUTS = "report_inputs.json"
 """Beside a report's per-seed CSVs: what the report read from its study's run folders besides them (the
@@ -38,6 +38,7 @@ def read_index(root: Path) -> pd.DataFrame | None:
         # study folder moved) does not share; read from there, the cells would silently be missing.
         here = [Path(root) / "runs" / str(g) / str(j) for g, j in zip(index.group, index.job)]
         index["run_dir"] = [str(h) if h.is_dir() else d for h, d in zip(here, index.run_dir)]
+        runs.flag_same_runs(index.run_dir.unique(), f"the study in {root}")  # a copied job is no seed
     return index
 
 

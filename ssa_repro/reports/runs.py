@@ -9,13 +9,17 @@ files; nothing is loaded onto a device.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from ssa_repro.core.identity import same_runs, same_runs_message
 from ssa_repro.core.rundir import CONFIG, JOBS, MULTIRUN, OVERRIDES, SUMMARY, RunDir, RunFolderError, plain
+
+log = logging.getLogger("ssa_repro.reports")
 
 
 class ReportError(ValueError):
@@ -166,16 +170,37 @@ def find(paths) -> tuple[list[Run], Path | None, list[tuple[str, str]]]:
         if not jobs:
             raise ReportError(f"{sweep} has no job folders yet (nothing started)")
         no_cfg = [(str(j), "no config.yaml (not started)") for j in jobs if not is_run(j)]
-        return [read_run(j) for j in jobs if is_run(j)], sweep, no_cfg
+        started = [j for j in jobs if is_run(j)]
+        refuse_same_runs(started)
+        return [read_run(j) for j in started], sweep, no_cfg
     resolved = [p.resolve() for p in runs]
     twice = sorted({str(p) for p in resolved if resolved.count(p) > 1})
     if twice:
         raise ReportError(f"the same run folder is given more than once: {', '.join(twice)}")
+    refuse_same_runs(runs)
     return [read_run(p) for p in runs], None, []
 
 
+def flag_same_runs(paths, what: str) -> list:
+    """A warning naming the folders among ``paths`` that hold one run (for pools that keep going: a
+    study's index, where the report says which seeds it counted); returns what was found."""
+    found = same_runs([p for p in map(Path, paths) if is_run(p)])
+    if found:
+        log.warning("%s", same_runs_message(found, what))
+    return found
+
+
+def refuse_same_runs(paths: list[Path]) -> None:
+    """A ReportError naming the folders that hold one run (a copy beside its original: the same run
+    id, :func:`ssa_repro.core.identity.same_runs`), before they are pooled as seeds."""
+    found = same_runs(paths)
+    if found:
+        raise ReportError(same_runs_message(found, "cannot pool these runs"))
+
+
 def all_runs(paths) -> list[Run]:
-    """Every run folder at or below the paths (runs of sweeps included), in path order."""
+    """Every run folder at or below the paths (runs of sweeps included), in path order; a ReportError
+    where two of them hold one run (:func:`refuse_same_runs`)."""
     found: dict[Path, Run] = {}
     for p in map(Path, paths):
         for cfg in [RunDir(p).config_file] if is_run(p) else sorted(p.rglob(CONFIG)):
@@ -184,6 +209,7 @@ def all_runs(paths) -> list[Run]:
                     found[cfg.parent] = read_run(cfg.parent)
                 except ReportError:
                     continue
+    refuse_same_runs(list(found))  # a copy below the paths (a backup beside its run) is not a seed
     return list(found.values())
 
 
