@@ -11,9 +11,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ssa_repro.core.atomic import write_text  # noqa: E402
-from ssa_repro.reports import endpoints  # noqa: E402
-
 RESULTS = ROOT / "docs" / "results"
 README = ROOT / "README.md"
 FIGURE = "docs/results/primary_forest.png"
@@ -23,6 +20,8 @@ STUDIES = ("icl_cpu", "icl_scale", "length_cpu", "relpos_cpu", "mechanism_cpu", 
 
 def block() -> str:
     """The README's block as the published CSVs give it."""
+    from ssa_repro.reports import endpoints  # after the arguments: --help loads no heavy library
+
     return endpoints.readme_block(endpoints.read_all(RESULTS, STUDIES), FIGURE)
 
 
@@ -30,6 +29,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--check", action="store_true", help="only check that README holds the generated block")
     args = p.parse_args(argv)
+    from ssa_repro.core.atomic import write_text  # after the arguments: --help loads no heavy library
+    from ssa_repro.reports import endpoints
+
     text = README.read_text()
     new = endpoints.replace_block(text, block())
     if args.check:
