@@ -180,3 +180,24 @@ def test_a_read_only_cache_is_refused_before_any_download(tmp_path, read_only_mo
     rc = D.main(["--root", str(tmp_path / "data"), "--only", derived.group, "--cache-dir", str(tmp_path / "ro"),
                  "--base-url", "http://127.0.0.1:9", "--no-progress"])  # fmt: skip
     assert rc == 2 and not (tmp_path / "data").exists() or not any((tmp_path / "data").rglob("*.part"))
+
+
+def test_a_refused_folder_name_leaves_no_state_for_the_next_command(tmp_path):
+    """After train.py refused scorer.label='a/b' in this process, Hydra's HydraConfig still holds that
+    config: evaluate's main, called next, must not read it (it did: the hand-off resolved its run dir)."""
+    from hydra import compose, initialize_config_dir
+
+    from ssa_repro.cli import evaluate_app
+    from ssa_repro.config import CONF_DIR
+    from tests.conftest import make_cfg
+
+    r = run_script("train.py", "debug=tiny", "scorer.label=a/b", cwd=tmp_path)
+    assert r.returncode == 1 and "holds '/'" in r.stderr
+    run = tmp_path / "run"
+    from ssa_repro.jobs.train_job import run_job
+
+    run_job(make_cfg("evaluation.enabled=false"), run)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[f"run_dir={run}", "eval=quick"])
+    evaluate_app.main(cfg)  # raised InterpolationResolutionError (scorer.label='a/b') before
+    assert list((run / "eval").iterdir())

@@ -165,6 +165,7 @@ def test_shift_results_compare_across_runs(linear_d_run, tmp_path):
     runs = {}
     for label, offset in (("a", 0.0), ("b", 0.5)):
         runs[label] = shutil.copytree(linear_d_run, tmp_path / label)
+        (runs[label] / "run_id.txt").write_text(f"r-{label}\n")  # (a plain copy is refused as one run twice)
         for part in (runs[label] / "eval" / "shift").rglob("parts/results-*.csv"):
             frame = pd.read_csv(part)
             frame["value"] = frame["value"] + offset

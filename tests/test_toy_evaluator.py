@@ -128,6 +128,7 @@ def test_the_new_evaluator_runs_stores_and_compares(linear_run, tmp_path):
         assert got == pytest.approx(want, rel=1e-5)
     # compare reads the layout it stored: two runs 0.5 apart, cell by cell
     other = shutil.copytree(linear_run, tmp_path / "other")
+    (other / "run_id.txt").write_text("r-another-run\n")  # (a plain copy is refused as one run twice)
     for part in (other / "eval" / "output_scale").rglob("parts/results-*.csv"):
         frame = pd.read_csv(part)
         frame["value"] = frame["value"] + 0.5

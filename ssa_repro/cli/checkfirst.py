@@ -74,6 +74,8 @@ class CheckFirst(Callback):
     def take(cfg: DictConfig, prepare: Callable[[DictConfig], Any]) -> Any:
         """What the callback prepared for this job, or ``prepare(cfg)`` where it prepared nothing (a
         sweep's job, a test calling main)."""
+        if not CheckFirst._kept:  # nothing prepared: HydraConfig may hold an earlier in-process app's
+            return prepare(cfg)  # config (its hydra.run.dir need not even resolve), so it is not read
         key = str(HydraConfig.get().run.dir) if HydraConfig.initialized() else None
         kept = CheckFirst._kept.pop(key, None) if key is not None else None
         return kept if kept is not None else prepare(cfg)
