@@ -130,3 +130,28 @@ def test_a_trained_run_gets_one_row_per_length_layer_and_metric(tmp_path):
     np.testing.assert_allclose(u.value.to_numpy(), expect, rtol=1e-12)
     layer0 = summary["pair_weight_max_head"]["layer 0"]
     assert sorted(layer0) == [end, 4 * end, 16 * end]  # the summary holds every length, per layer
+
+
+def test_the_reports_recall_table_is_the_seed_mean_per_scorer_layer_and_pairs():
+    """reports: eval=recall's per-seed rows -> the table of seed means (and uniform attention once)."""
+    import pandas as pd
+
+    from ssa_repro.reports.length import recall_table
+
+    rows = []
+    for scorer, base in (("softmax", 0.5), ("ssa", 0.9)):
+        for seed in (0, 1):
+            for n in (8, 32):
+                rows.append(
+                    dict(group="mqar", task="mqar_w64", scorer=scorer, arch="alibi", train_sigma=1.0, seed=seed,
+                         evaluation="recall_mqar", predictor="model", metric="pair_weight",
+                         summary=f"pairs={n} layer=1", value=base / (n / 8) + 0.1 * seed)
+                )  # fmt: skip
+    rows.append({**rows[0], "predictor": "uniform", "summary": "pairs=8 uniform", "value": 0.25})
+    t = recall_table(pd.DataFrame(rows))
+    ssa = t[(t.scorer == "ssa") & (t.layer == "layer=1")].iloc[0]
+    assert (
+        ssa["8 pairs"] == pytest.approx(0.95) and ssa["32 pairs"] == pytest.approx(0.275) and ssa.seeds == 2
+    )
+    uniform = t[t.scorer == "uniform"].iloc[0]
+    assert uniform["8 pairs"] == pytest.approx(0.25) and uniform.arch == "—"

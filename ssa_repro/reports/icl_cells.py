@@ -198,10 +198,26 @@ def scale_parts(index: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=paired.PER_SEED_COLUMNS)
 
 
+def recall_parts(index: pd.DataFrame) -> pd.DataFrame:
+    """eval=recall (evaluation/recall.py): attention on the queried pair and entropy per layer, summary
+    ``pairs=<n> layer=<l>`` for the model and ``pairs=<n> uniform`` for uniform attention's reference."""
+    out = []
+    for key in sorted(k for k in set(index.evaluation) if k.startswith("recall")):
+        c = paired.read_cells(index, key)
+        if c.empty:
+            continue
+        c = c[(c.predictor == "model") | _model_or_one_baseline(c)]
+        where = ["uniform" if pd.isna(n) else f"layer={int(n)}" for n in c.layer]
+        summary = [f"pairs={int(n)} {w}" for n, w in zip(c.length, where)]
+        out.append(c.assign(summary=summary)[paired.PER_SEED_COLUMNS])
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=paired.PER_SEED_COLUMNS)
+
+
 def per_seed(index: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {
         "grid": grid_parts(index),
         "deviant": deviant_parts(index),
         "boundary": boundary_parts(index),
         "scale": scale_parts(index),  # written only where a study runs eval=scale (an empty part is not)
+        "recall": recall_parts(index),  # likewise eval=recall (MQAR)
     }

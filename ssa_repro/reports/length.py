@@ -132,3 +132,27 @@ def length_figure(frame: pd.DataFrame, task: str, out: Path) -> Path | None:
     fig.tight_layout()
     save(fig, out / f"length_{task}.png", formats=("png",), dpi=100)
     return out / f"length_{task}.png"
+
+
+# ------------------------------------------------------------------ where recall looks (eval=recall)
+RECALL_METRICS = ("pair_weight_max_head", "pair_weight", "entropy")
+
+
+def recall_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per scorer × architecture × layer (and uniform attention once): the attention on the queried
+    pair (the most attending head's, and the heads' mean) and the attention entropy at each number of
+    pairs, seed mean (seeds in the last column), from eval=recall's per-seed rows."""
+    if frame is None or not len(frame) or "evaluation" not in frame:
+        return pd.DataFrame()
+    c = frame[frame.evaluation.astype(str).str.startswith("recall") & frame.metric.isin(RECALL_METRICS)]
+    if c.empty:
+        return pd.DataFrame()
+    parts = c.summary.str.extract(r"pairs=(\d+) (.+)")
+    c = c.assign(pairs=parts[0].astype(int), where=parts[1])
+    who = np.where(c.predictor == "model", c.scorer, "uniform")
+    c = c.assign(who=who, arch=np.where(c.predictor == "model", c.arch, "—"))
+    keys = ["metric", "arch", "who", "where"]
+    t = c.pivot_table(index=keys, columns="pairs", values="value", aggfunc="mean", sort=True)
+    t.columns = [f"{n} pairs" for n in t.columns]
+    t["seeds"] = c.groupby(keys).seed.nunique()
+    return t.reset_index().rename(columns={"who": "scorer", "where": "layer"}).round(4)

@@ -260,6 +260,17 @@ def render(
         )
         for task in dict.fromkeys(curves.task):
             lines += figure_lines(length.length_figure(frame, task, figdir), f"length {task}", name, figs)
+        recall = length.recall_table(frame)
+        if len(recall):
+            lines += section(
+                "Where recall looks as the pairs grow",
+                "eval=recall on every MQAR run: per layer, the attention the query puts on its own pair "
+                "(key and value; the most attending head's, `pair_weight_max_head`, and the heads' mean, "
+                "`pair_weight`) and the attention entropy (nats), at 1×, 4× and 16× the training pairs, "
+                "seed mean; uniform attention over the visible keys beside them (2 / #visible, log "
+                "#visible). Descriptive: no contrast is decided here.",
+                recall,
+            )
         learned = length.length_learned(frame, ratio=None)
         if len(learned):
             top = learned.groupby("task").ratio.transform("max")
