@@ -15,6 +15,7 @@ import zipfile
 import pytest
 
 from ssa_repro.data import derive as D
+from ssa_repro.data import lm_text as T
 from ssa_repro.data.download import load_manifest
 from tests.conftest import HAVE_SHARED_DATA, SHARED_DATA
 
@@ -234,15 +235,15 @@ def test_hellaswag(tmp_path):
 
 
 def test_decode_and_clean_lines():
-    assert D._decode_line("café".encode()) == "café"
+    assert T.decode_line("café".encode()) == "café"
     # Big5 typographic marks (state_union 1970-74, inaugural 2005) -> punctuation
-    assert D._decode_line(b"man\xa1\xa6s genius\xa1Xand \xa1\xa7so\xa1\xa8\xa1K") == "man’s genius—and “so”…"
+    assert T.decode_line(b"man\xa1\xa6s genius\xa1Xand \xa1\xa7so\xa1\xa8\xa1K") == "man’s genius—and “so”…"
     # bytes that Big5 reads as a CJK character are cp1252 (state_union 1954's ½¢)
-    assert D._decode_line(b"the \xbd\xa2 decrease") == "the ½¢ decrease"
-    assert D._decode_line(b"\x93quoted\x94 caf\xe9 \x81") == "“quoted” café \x81"
-    assert D._clean_line("  a\tb  \x12c\u0085 \u00c2\u0085d  ") == "a b c… …d"
-    assert D._clean_line("\u3000[Moment of silence]") == "[Moment of silence]"
-    assert D._clean_line("e\u0301") == "é"  # NFC
+    assert T.decode_line(b"the \xbd\xa2 decrease") == "the ½¢ decrease"
+    assert T.decode_line(b"\x93quoted\x94 caf\xe9 \x81") == "“quoted” café \x81"
+    assert T.clean_line("  a\tb  \x12c\u0085 \u00c2\u0085d  ") == "a b c… …d"
+    assert T.clean_line("\u3000[Moment of silence]") == "[Moment of silence]"
+    assert T.clean_line("e\u0301") == "é"  # NFC
 
 
 def test_wiki_article_rules():
@@ -266,7 +267,7 @@ def test_wiki_article_rules():
             "After the cut",
         ]
     )
-    assert D.wiki_article("Albedo", filtered) == [
+    assert T.wiki_article("Albedo", filtered) == [
         "Albedo",
         "Albedo or reflection coefficient, from Latin (;, albedo).",
         "History",
@@ -338,7 +339,7 @@ NLTK_DOCS = [
 
 
 def test_nltk_docs(tmp_path):
-    assert D.nltk_docs(*nltk_zips(tmp_path)) == NLTK_DOCS
+    assert T.nltk_docs(*nltk_zips(tmp_path)) == NLTK_DOCS
 
 
 def test_lm_train_joins_wikipedia_then_nltk(tmp_path):
