@@ -1,4 +1,5 @@
-"""scripts/scorer_report.py: the scorer diagnostics (saturation, step costs) and the report.
+"""The scorer diagnostics (ssa_repro/cli/scorer_diagnostics.py: saturation, step costs) and the report
+(scripts/scorer_report.py, ssa_repro/cli/scorer_report.py).
 
 Saturation is checked against the independent table in the reference notes (scorers.md: weight on one
 key whose logit beats the other N − 1, all at 0, by g) and against closed forms written here.
@@ -7,27 +8,21 @@ key whose logit beats the other N − 1, all at 0, by g) and against closed form
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
+from ssa_repro.cli import scorer_diagnostics, scorer_report
 from ssa_repro.config import load_scorer, scorer_options
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_report():
-    spec = importlib.util.spec_from_file_location("scorer_report", ROOT / "scripts" / "scorer_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-REPORT = load_report()
-saturation, step_costs = REPORT.saturation, REPORT.step_costs
+saturation, step_costs = scorer_diagnostics.saturation, scorer_diagnostics.step_costs
 REF_GRID = [(16, 5.0), (16, 10.0), (16, 20.0), (80, 20.0)]  # scorers.md's columns (N, g)
 GRID = [(2, 0.5), (16, 1.0), (16, 5.0), (16, 20.0), (80, 3.0), (80, 20.0)]
 
@@ -135,9 +130,8 @@ def test_step_costs_are_positive(scorers):
 
 @pytest.mark.slow
 def test_report_script_writes_everything(tmp_path, capsys):
-    module = load_report()
     out = tmp_path / "report"
-    module.main(["--out", str(out), "--reps", "1", "--cost-shape", "2", "8", "8", "8"])
+    scorer_report.main(["--out", str(out), "--reps", "1", "--cost-shape", "2", "8", "8", "8"])
     stdout = capsys.readouterr().out
 
     for name in ("saturation.csv", "saturation.md", "base_functions.png", "base_functions.pdf"):
@@ -165,3 +159,15 @@ def test_report_script_writes_everything(tmp_path, capsys):
     assert {"SDPA", "softmax (eager)", *options} <= cost_rows
     assert "base_functions.png" in (out / "report.md").read_text()
     assert "MISMATCH" not in stdout and "total wall time" in stdout
+
+
+def test_the_script_answers_help_before_loading_torch():
+    """scripts/scorer_report.py is a thin entry: --help is the parser of cli/arguments.py, torch unloaded."""
+    code = (
+        "import runpy, sys; sys.argv = ['scorer_report.py', '--help']\n"
+        "try:\n    runpy.run_path('scripts/scorer_report.py', run_name='__main__')\n"
+        "except SystemExit:\n    pass\nprint('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "--cost-shape" in out.stdout and out.stdout.strip().endswith("False")

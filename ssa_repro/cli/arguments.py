@@ -226,6 +226,33 @@ def docs_tables() -> argparse.ArgumentParser:
     return p
 
 
+SCORER_REPORT_HEADS = 8  # the paper's heads per layer (ssa_repro/cli/scorer_report.py N_HEAD)
+
+
+def scorer_report() -> argparse.ArgumentParser:
+    p = _parser(
+        "scripts/scorer_report.py",
+        "Scorer report: saturation, SSA's base function and cost of every scorer option, against "
+        "docs/scorers.md (ssa_repro/cli/scorer_report.py says what each output holds).",
+        epilog="  python scripts/scorer_report.py                         # writes outputs/scorer_report/\n"
+        "  python scripts/scorer_report.py --out DIR --reps 30\n"
+        "  python scripts/scorer_report.py --reps 1 --cost-shape 2 8 8 8   # a quick smoke run",
+    )
+    p.add_argument("--out", type=Path, default=Path("outputs/scorer_report"), help="output folder")
+    p.add_argument(
+        "--reps", type=int, default=15, help="timed reps per variant (default 15: ~25 s in all on 2 cores)"
+    )
+    p.add_argument(
+        "--cost-shape",
+        type=int,
+        nargs=4,
+        default=[64, SCORER_REPORT_HEADS, 80, 32],
+        metavar=("B", "H", "T", "D"),
+        help="q, k, v shape [B, H, T, d_head] for the cost table",
+    )
+    return p
+
+
 def lm_table() -> argparse.ArgumentParser:
     p = _parser(
         "ssa-lm-table",
