@@ -14,12 +14,11 @@ from ssa_repro.scorers.flex import flex_attend, fused_inference, with_bias
 
 # With AUTO_TRITON, model.attn_impl=auto trains SSA through the fused Triton kernel (ssa_repro/kernels/) on
 # CUDA wherever it applies (no additive position bias, head width <= 128, triton installed), except inside
-# torch.compile: the alternative is the fused autograd node over [B, H, T, T] scores. Measured on an H200
-# (docs/performance.md, 2026-11-28; training step, SSA / softmax through SDPA): the kernel 1.43 / 1.48 /
-# 1.63 at the paper's ICL size and T = 82 / 256 / 1,024 (fp32), the node 1.62 / 1.62 / 1.89; GPT-2 small's
-# shape at T = 1,024 in bf16: kernel 1.46, node 2.17. Under train.compile the node is left to inductor,
-# which fuses it (compiled SSA 1.00 x eager softmax at the ICL size), and the kernel would break the graph.
-# Inference keeps compiled FlexAttention.
+# torch.compile: the alternative is the fused autograd node over [B, H, T, T] scores, which the kernel
+# beats at every size measured, fp32 and bf16 (the training step's SSA / softmax ratios: docs/performance.md,
+# "The fused SSA attention kernel"). Under train.compile the node is left to inductor, which fuses it
+# (compiled SSA about as fast as eager softmax), and the kernel would break the graph. Inference keeps
+# compiled FlexAttention.
 AUTO_TRITON = True
 _auto_failed: list[str] = []  # why the kernel failed under auto (then auto leaves it for the process)
 log = logging.getLogger("ssa_repro.train")
