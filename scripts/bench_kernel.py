@@ -58,7 +58,7 @@ TILES = {  # name: GPU_TILES
     "64x64/w4/s2": dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),  # the first default
     "32x32/w4/s2": dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2),
     "128x64/w8/s3": dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
-    "64x32/w4/s3": dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=3),  # the default since 2026-11-28
+    "64x32/w4/s3": dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=3),  # the default (docs/performance_log.md)
 }
 assert list(TILES) == TILE_NAMES and list(SHAPES) == SHAPE_NAMES
 

@@ -79,8 +79,8 @@ STEPS = {
     "speed": (["scripts/bench.py", "--device", "cuda"], True, 900),
     # train.compile=true and =reduce-overhead (CUDA graphs) against eager at paper size: the launch-bound step
     "compiled": (COMPILED, True, 600),
-    # the same in bf16 autocast: what is left for the paper's 500k ICL steps in under an hour (2026-11-28,
-    # fp32 with CUDA graphs: 12.9 ms softmax, 13.7 ms SSA a step, 51% of the fp32 matmul peak)
+    # the same in bf16 autocast: what is left for the paper's 500k ICL steps in under an hour (fp32 with
+    # CUDA graphs: docs/performance.md)
     "compiled-bf16": ([*COMPILED, "--bf16"], True, 600),
     # seed ensembles: K = 1, 8, 32, 128 seeds as one stacked model at 2L/32 and 4L/64 (issue 36)
     "ensembles": (["scripts/bench_ensemble.py", "--device", "cuda"], True, 600),

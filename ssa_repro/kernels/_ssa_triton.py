@@ -93,7 +93,7 @@ def _fwd(
         # p split into two numbers of the input dtype, p = hi + lo to ~16 bits (float32: lo = 0): O then
         # carries the float32 weights, so the backward's Δ = Σ_d dO·O equals Σ_j p·dP; with p rounded to
         # bf16 (FlashAttention's choice) Δ is off by the rounding, alike for every key of a row, and dn, db,
-        # dQ came out 4-10x less accurate than the unfused 16-bit path (measured on an H200, 2026-11-28)
+        # dQ came out 4-10x less accurate than the unfused 16-bit path (measured on an H200: docs/performance_log.md)
         if UPCAST:  # the interpreter's bf16 (held in float32): rounded to nearest, as on a GPU
             pb = p.to(tl.uint32, bitcast=True)
             p_hi = ((pb + 0x7FFF + ((pb >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)

@@ -34,7 +34,7 @@ MAX_HEAD_DIM = 128  # one [BLOCK, d] tile of q, k, v, dO per program must fit in
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 INSTALL = "pip install -e '.[kernels]'"
 # Tiles on a GPU: 64 queries × 32 keys, 3 pipeline stages, 4 warps up to d = 64 (8 above). Measured on an
-# H200 (scripts/bench_kernel.py, forward + backward, 2026-11-28): the fastest or within 5% of it of four
+# H200 (scripts/bench_kernel.py, forward + backward; docs/performance_log.md): the fastest or within 5% of it of four
 # settings at every shape timed (d 16/32 fp32, T 82-1,024; d 64 bf16, T 1,024); 64 × 64 with 2 stages
 # (the first choice) was 1.1-4× slower in fp32. Under the interpreter 16 × 16, so that small test shapes
 # already span several blocks (partial last blocks, the causal diagonal inside a block and between blocks).
