@@ -80,7 +80,7 @@ STEPS = {
     # train.compile=true and =reduce-overhead (CUDA graphs) against eager at paper size: the launch-bound step
     "compiled": (COMPILED, True, 600),
     # the same in bf16 autocast: what is left for the paper's 500k ICL steps in under an hour (fp32 with
-    # CUDA graphs: docs/performance.md)
+    # CUDA graphs: docs/performance_log.md)
     "compiled-bf16": ([*COMPILED, "--bf16"], True, 600),
     # seed ensembles: K = 1, 8, 32, 128 seeds as one stacked model at 2L/32 and 4L/64 (issue 36)
     "ensembles": (["scripts/bench_ensemble.py", "--device", "cuda"], True, 600),
