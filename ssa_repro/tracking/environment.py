@@ -50,7 +50,6 @@ FORBIDDEN = "/\\#?%:"  # characters W&B refuses in project and entity names
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 
 
-
 # --------------------------------------------------------------------------------------------------
 # Environment and start-up checks
 

@@ -78,12 +78,12 @@ def layer_means(stats: Mapping[str, Any] | None) -> dict[str, list[float]]:
 # --------------------------------------------------------------------------------------------------
 # Charts
 
+
 def is_scalar(v) -> bool:
     """A number (int, float, or a 0-d tensor/array), not a bool."""
     if isinstance(v, bool):
         return False
     return isinstance(v, (int, float)) or (hasattr(v, "item") and getattr(v, "ndim", 1) == 0)
-
 
 
 def line_chart(frame, title: str):

@@ -436,7 +436,5 @@ def _plain(config) -> dict:
     return dict(config)
 
 
-
 def _artifact_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "artifact"
-
