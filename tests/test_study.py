@@ -142,7 +142,7 @@ def test_quick_study_end_to_end_and_claims_read_back_from_the_csvs(tmp_path, mon
     loaded = []
     real_load = engine.load_run
     monkeypatch.setattr(
-        study, "load_run", lambda d, *a, **k: loaded.append(Path(d).name) or real_load(d, *a, **k)
+        engine, "load_run", lambda d, *a, **k: loaded.append(Path(d).name) or real_load(d, *a, **k)
     )
     with saving(False):  # the resumes' reports draw no figures (the first run's and check_report's do)
         engine.run("quick", root, n_jobs=1)
@@ -909,7 +909,7 @@ def test_a_job_is_evaluated_on_the_device_it_trained_on(monkeypatch, tmp_path, d
 
     monkeypatch.setattr(engine, "run_job", lambda cfg, run_dir: {"final_loss": 1.0})
     monkeypatch.setattr(
-        study, "load_run", lambda run_dir, dev, step=None: seen.append((str(dev), step)) or Run()
+        engine, "load_run", lambda run_dir, dev, step=None: seen.append((str(dev), step)) or Run()
     )
     monkeypatch.setattr(
         engine.runner, "evaluate", lambda run, ecfg: {"evaluation": "zorro", "protocol_id": "p"}
