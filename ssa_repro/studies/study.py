@@ -7,8 +7,9 @@ seed); and the evaluations every job gets where its task supports them. Each job
 study's evaluations (``runner.evaluate``). A finished job is skipped and stored cells are reused, so
 running the command again resumes where it stopped; jobs run in parallel processes (one thread each).
 ``<root>/index.csv`` (studies/index.py) maps every job to its run folder and evaluation protocols,
-rebuilt from every finished job's rows (``<root>/index.d/<group>/<job>.csv``); the report (``ssa_repro/reports/study.py``,
-or the one the study's ``report`` key names) is made from it and the stored results alone.
+rebuilt from every finished job's rows (``<root>/index.d/<group>/<job>.csv``); the report
+(``ssa_repro/reports/study.py``, or the one the study's ``report`` key names) is made from it and the
+stored results alone.
 
 Before any work the study file is checked against its schema (studies/schema.py) and every job's
 config as train.py would; then the study holds ``<root>`` with core/runlock.py's lock (a second study
@@ -139,8 +140,8 @@ def jobs(study: DictConfig, extra: tuple[str, ...] = ()) -> list[Job]:
 def compose(job: Job) -> DictConfig:
     """The job's training config: :func:`ssa_repro.config.compose_cached` (each choice of config groups
     composed once per process while ``conf/`` is unchanged, the values applied to a copy), so the
-    pre-check (:func:`problems`), the job loop (studies/engine.py ``run_one``) and a resumed study in the same process
-    compose a study's hundreds of jobs at a few ms each."""
+    pre-check (:func:`problems`), the job loop (studies/engine.py ``run_one``) and a resumed study in
+    the same process compose a study's hundreds of jobs at a few ms each."""
     return compose_cached(tuple(job.overrides), conf_dir=CONF_DIR)
 
 
