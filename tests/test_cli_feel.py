@@ -21,7 +21,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from ssa_repro.cli import arguments, commands, evaluate_app, train_app, wandb_dashboard
 from ssa_repro.core.rundir import RunDir
 from ssa_repro.evaluation import zorro
-from ssa_repro.studies import study
+from ssa_repro.studies import engine
 from tests.conftest import ROOT
 
 TINY = ["debug=tiny", "train.steps=2", "evaluation.enabled=false"]
@@ -155,7 +155,7 @@ def test_a_usage_error_is_said_before_any_work(capsys):
 def test_restated_choices_match_their_owners():
     """The parsers restate choices a deeper module owns (no torch before the arguments are read)."""
     assert arguments.ZORRO_METHODS == zorro.METHODS
-    assert arguments.ENSEMBLE_MODES == study.ENSEMBLE_MODES
+    assert arguments.ENSEMBLE_MODES == engine.ENSEMBLE_MODES
     assert arguments.DASHBOARD_TIMEOUT == wandb_dashboard.TIMEOUT
 
 

@@ -26,7 +26,7 @@ from ssa_repro.evaluation.lm import chance
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.multiple_choice import Item
 from ssa_repro.reports import early, early_cells, early_tables, paired
-from ssa_repro.studies import study
+from ssa_repro.studies import engine, study
 from ssa_repro.tasks import curriculum
 from ssa_repro.training import trainer, validate
 from tests.conftest import make_cfg
@@ -206,7 +206,7 @@ def _raw_zorro(run_dir: Path) -> pd.DataFrame:
 
 @pytest.mark.slow
 def test_early_quick_end_to_end_and_the_report_reads_back(data, tmp_path):
-    root = study.run("early_quick", tmp_path / "root", n_jobs=1, extra=extra(data))
+    root = engine.run("early_quick", tmp_path / "root", n_jobs=1, extra=extra(data))
     index = pd.read_csv(root / "index.csv")
     assert index.job.nunique() == len(study.jobs(study.load("early_quick")))
     z = index[index["eval"] == "zorro"]
@@ -292,7 +292,7 @@ def test_early_quick_end_to_end_and_the_report_reads_back(data, tmp_path):
 
     # resuming does no work: every job finished, every cell stored
     before = sorted(p.stat().st_mtime_ns for p in root.rglob("parts/*.csv"))
-    study.run("early_quick", root, n_jobs=1, extra=extra(data))
+    engine.run("early_quick", root, n_jobs=1, extra=extra(data))
     assert sorted(p.stat().st_mtime_ns for p in root.rglob("parts/*.csv")) == before
 
 

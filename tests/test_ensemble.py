@@ -301,13 +301,13 @@ def test_a_study_trains_its_seeds_as_ensembles_and_reports_them_like_separate_ru
     """`scripts/study.py --ensembles on` (auto: on CUDA): each arm's seeds train as one ensemble before
     the job loop, which then evaluates them (two ensembles side by side with --jobs 2); every job's loss
     curve and evaluation equal those of the same study run one process per job."""
-    from ssa_repro.studies import study
+    from ssa_repro.studies import engine
     from ssa_repro.training.metrics_log import read_metrics
 
     (tmp_path / "ens.yaml").write_text(STUDY)
     path = str(tmp_path / "ens.yaml")
     # "on" trains its two ensembles (softmax's and SSA's seeds) side by side, each in its own process
-    roots = {m: study.run(path, tmp_path / m, n_jobs=n, ensembles=m) for m, n in (("on", 2), ("off", 1))}
+    roots = {m: engine.run(path, tmp_path / m, n_jobs=n, ensembles=m) for m, n in (("on", 2), ("off", 1))}
     index = {mode: pd.read_csv(root / "index.csv") for mode, root in roots.items()}
     assert len(index["on"]) == len(index["off"]) == 6  # 2 scorers x 3 seeds, one evaluation each
     for job in index["off"].job:

@@ -15,6 +15,7 @@ from matplotlib.image import imread
 from omegaconf import OmegaConf
 
 from ssa_repro.evaluation import boundary as B
+from ssa_repro.evaluation import boundary_estimators as BE
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.runner import check as runner_check
 from ssa_repro.evaluation.runner import evaluate
@@ -57,11 +58,11 @@ def clipped(n=20_000, lo=-7.0, hi=9.0, noise=1e-3, seed=0):
 
 def test_boundaries_recover_a_known_clip():
     y, y_hat = clipped()
-    lo, hi = B.boundaries(y_hat, 0.995)
+    lo, hi = BE.boundaries(y_hat, 0.995)
     # 35% of y_true lies below -7 and 27.5% above 9: both quantiles sit on the clip (± the noise)
     assert lo == pytest.approx(-7.0, abs=0.01)
     assert hi == pytest.approx(9.0, abs=0.01)
-    lo, hi = B.boundaries(y, 0.995)  # unclipped: 0.5% / 99.5% of U(-20, 20) = ±19.8
+    lo, hi = BE.boundaries(y, 0.995)  # unclipped: 0.5% / 99.5% of U(-20, 20) = ±19.8
     assert (lo, hi) == pytest.approx((-19.8, 19.8), abs=0.1)
 
 
@@ -73,7 +74,7 @@ def test_saturation_points_of_a_known_clip(rel_tol, abs_tol):
     # past the clip |y - c| > rel_tol·|y| + abs_tol  <=>  |y| > (|c| + abs_tol) / (1 - rel_tol):
     # e.g. 9 / 0.9 = 10 and 7 / 0.9 = 7.78 for rel_tol = 0.1
     y, y_hat = clipped()
-    neg, pos = B.saturation_points(y, y_hat, rel_tol=rel_tol, abs_tol=abs_tol, n_bins=40, min_count=20)
+    neg, pos = BE.saturation_points(y, y_hat, rel_tol=rel_tol, abs_tol=abs_tol, n_bins=40, min_count=20)
     assert neg == pytest.approx(-(7 + abs_tol) / (1 - rel_tol), abs=0.1)
     assert pos == pytest.approx((9 + abs_tol) / (1 - rel_tol), abs=0.1)
 
@@ -83,19 +84,19 @@ def test_saturation_points_are_robust_and_report_none_or_everywhere():
     # isolated failures near 0 (a relative tolerance is tiny there) and 0.3% wild outliers change nothing
     y_hat = np.where(np.abs(y) < 1, y + 0.5, y_hat)
     y_hat[::300] = 100.0
-    neg, pos = B.saturation_points(y, y_hat, rel_tol=0.1, abs_tol=0.0)
+    neg, pos = BE.saturation_points(y, y_hat, rel_tol=0.1, abs_tol=0.0)
     assert (neg, pos) == pytest.approx((-7 / 0.9, 10.0), abs=0.1)
-    assert B.boundaries(y_hat, 0.995) == pytest.approx((-7.0, 9.0), abs=0.01)
+    assert BE.boundaries(y_hat, 0.995) == pytest.approx((-7.0, 9.0), abs=0.01)
     # a perfect predictor never saturates: NaN; one that fails at every magnitude: 0 (not -0.0)
-    assert all(math.isnan(v) for v in B.saturation_points(y, y))
-    neg, pos = B.saturation_points(y, -y)
+    assert all(math.isnan(v) for v in BE.saturation_points(y, y))
+    neg, pos = BE.saturation_points(y, -y)
     assert (neg, pos) == (0.0, 0.0) and math.copysign(1, neg) == 1
     # a side with too few prompts: NaN
-    assert math.isnan(B.saturation_points(np.abs(y), np.clip(np.abs(y), 0, 9))[0])
+    assert math.isnan(BE.saturation_points(np.abs(y), np.clip(np.abs(y), 0, 9))[0])
 
 
 def test_median_stat_by_hand():
-    s = B.median_stat([5.0, 1.0, 3.0, 2.0, 4.0])
+    s = BE.median_stat([5.0, 1.0, 3.0, 2.0, 4.0])
     assert s["value"] == 3.0 and s["n_samples"] == 5
     assert (s["q25"], s["q75"]) == (2.0, 4.0)
     # n = 5: ranks floor(2.5 - 1.96·√5/2) = 0 and ceil(2.5 + 2.19) - 1 = 4: the whole sample
@@ -142,19 +143,19 @@ def test_collect_and_boundaries_through_a_clipping_stub():
     np.testing.assert_allclose(sweep.y_true, sweep.a * sweep.query_x + sweep.b, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(frame.pred_model, frame.y_true.clip(-7, 9), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(frame.pred_least_squares, frame.y_true, rtol=1e-4, atol=1e-3)
-    train = B.training_range(make_cfg().task, 200_000, 0.995, 0)
+    train = BE.training_range(make_cfg().task, 200_000, 0.995, 0)
     # y = a·x + b with a, b, x ~ N(0, 1): var 2, heavier tails than N(0, 2); 99.5% quantile ≈ 4.1-4.2
     assert 3.9 < train["train_high"] < 4.4 and train["train_low"] == pytest.approx(
         -train["train_high"], abs=0.15
     )
     assert train["x_train_high"] == pytest.approx(2.576, abs=0.03)  # the N(0, 1) 99.5% quantile
-    rows = pd.DataFrame(B.boundary_rows(frame, cfg, train, {}))
+    rows = pd.DataFrame(BE.boundary_rows(frame, cfg, train, {}))
     assert set(rows.prompts) == {"all", "query_sweep", "sigma_f=1", "sigma_f=10"}
     m = rows[(rows.predictor == "model") & (rows.prompts == "all")].iloc[0]
     assert (m.lower, m.upper) == pytest.approx((-7.0, 9.0), abs=1e-4)
     # the rows carry the estimator (checked against its closed form in test_saturation_points_of_a_known_clip)
     # applied to every prompt with the config's tolerances and bins: exactly, not only near (c + 0.1)/0.9
-    expected = B.saturation_points(
+    expected = BE.saturation_points(
         frame.y_true, frame.pred_model, cfg.rel_tol, cfg.abs_tol, cfg.n_bins, cfg.min_count
     )
     assert (m.saturation_neg, m.saturation_pos) == expected

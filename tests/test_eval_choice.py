@@ -25,7 +25,7 @@ def test_the_report_expects_what_the_runner_evaluates(name):
             if task not in names:
                 named = [o.split("=", 1)[1] for o in s.tasks[task] if o.startswith("task=")]
                 job = next(j for j in study.jobs(s) if j.group == group and j.task == task)
-                names[task] = named[-1] if named else str(study._compose(job).task.name)
+                names[task] = named[-1] if named else str(study.compose(job).task.name)
             runs = list(study.evaluations(s, names[task], group))
             assert expects(group, task) == runs, (name, group, task)
 

@@ -16,7 +16,9 @@ from omegaconf.errors import ValidationError
 from torch import nn
 
 from ssa_repro.evaluation import attention as A
+from ssa_repro.evaluation import attention_maps
 from ssa_repro.evaluation import deviant as D
+from ssa_repro.evaluation import deviant_cells as DC
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.runner import check, evaluate
 from ssa_repro.models import build_model
@@ -93,8 +95,8 @@ def test_insert_quantifier(name, extra, sign):
     bsz, n, k, m = 64, 9, 3, 37.5
     g = torch.Generator().manual_seed(1)
     clean = task.sample(bsz, n, g, "cpu")
-    positions, values = D.draw_insertions(g, bsz, n, k, m, sign)
-    dev = D.insert(task, clean, positions, values)
+    positions, values = DC.draw_insertions(g, bsz, n, k, m, sign)
+    dev = DC.insert(task, clean, positions, values)
     for i in range(bsz):
         pos = positions[i].tolist()
         assert len(set(pos)) == k  # distinct
@@ -124,7 +126,7 @@ def test_insert_quantifier(name, extra, sign):
 
 def test_positions_are_uniform():
     g = torch.Generator().manual_seed(0)
-    positions, _ = D.draw_insertions(g, 20000, 5, 2, 1.0, "positive")
+    positions, _ = DC.draw_insertions(g, 20000, 5, 2, 1.0, "positive")
     freq = torch.bincount(positions.flatten(), minlength=5).double() / positions.numel()
     assert torch.allclose(freq, torch.full((5,), 0.2, dtype=torch.float64), atol=0.01)
 
@@ -139,7 +141,7 @@ def test_insert_linear_recomputes_the_line():
     clean = task.build(Prompts(xs, {"a": a, "b": b}))
     positions = torch.tensor([[0, 3], [6, 1], [2, 5], [4, 0]])
     values = torch.tensor([[50.0, -50.0], [100.0, 100.0], [-7.0, 20.0], [1e3, -1e3]])
-    dev = D.insert(task, clean, positions, values)
+    dev = DC.insert(task, clean, positions, values)
     ys = dev.tokens[:, 1::2, 0]
     assert torch.equal(dev.tokens[:, 0::2, 0], dev.xs) and torch.equal(dev.targets, ys)
     for i in range(bsz):
@@ -180,7 +182,7 @@ def test_follows_largest_by_hand():
     )
     positions = torch.tensor([[2, 2], [4, 1], [3, 0], [1, 4], [5, 5]])
     values = torch.tensor([[5.0, 5.0], [5.0, 9.0], [4.0, 4.0], [-9.0, 2.0], [1.0, 1.0]])
-    got = D.follows_largest(signs, positions, values)
+    got = DC.follows_largest(signs, positions, values)
     assert got[:4].tolist() == pytest.approx([2 / 3, 3 / 4, 3 / 5, 3 / 4])
     assert math.isnan(got[4].item())
 
@@ -197,9 +199,9 @@ def test_follows_largest_and_errors_on_a_stub_model():
     clean = task.build(Prompts(xs))
     positions = torch.tensor([[2], [0]])
     values = torch.tensor([[100.0], [100.0]])
-    dev = D.insert(task, clean, positions, values)
+    dev = DC.insert(task, clean, positions, values)
     assert dev.xs[0].tolist() == pytest.approx([0.5, -1.0, 100.0, 0.2, -0.4, 0.9])
-    res = D.deviant_cell(SignStub(), task, dev, positions, values, skip_first=2)
+    res = DC.deviant_cell(SignStub(), task, dev, positions, values, skip_first=2)
     # row 0: predictions + - + + - +, labels + - - - - -; reference at index 2: model +, labels -
     #   after index 2: model + - + -> 2/3 follow; labels - - - -> 3/3; at the inserted value: wrong
     #   from index 2 on: labels - - - -, predictions + + - + -> 3 of 4 wrong
@@ -220,8 +222,8 @@ def test_linear_errors_on_a_stub_model():
     xs = torch.tensor([[0.0, 1.0, -1.0, 2.0, 3.0]])
     clean = task.build(Prompts(xs, {"a": torch.tensor([[2.0]]), "b": torch.tensor([[1.0]])}))
     positions, values = torch.tensor([[3]]), torch.tensor([[10.0]])
-    dev = D.insert(task, clean, positions, values)
-    res = D.deviant_cell(SignStub(), task, dev, positions, values, skip_first=1)
+    dev = DC.insert(task, clean, positions, values)
+    res = DC.deviant_cell(SignStub(), task, dev, positions, values, skip_first=1)
     # x = 0 1 -1 10 3 -> errors 1 4 0 121 16; from index 1: (4 + 0 + 121 + 16) / 4
     assert res["mse"].item() == pytest.approx(141 / 4, rel=1e-5)
     assert res["mse_inserted"].item() == pytest.approx(121, rel=1e-5)
@@ -257,11 +259,11 @@ def test_attention_share_matches_a_direct_computation(name, extra, monkeypatch):
     model = tiny_model()
     g = torch.Generator().manual_seed(3)
     clean = task.sample(6, 8, g, "cpu")
-    positions, values = D.draw_insertions(g, 6, 8, 2, 30.0, "random")
-    dev = D.insert(task, clean, positions, values)
+    positions, values = DC.draw_insertions(g, 6, 8, 2, 30.0, "random")
+    dev = DC.insert(task, clean, positions, values)
     want = direct_share(model, dev, positions, task.stride())
     with torch.inference_mode():
-        res = D.deviant_cell(model, task, dev, positions, values, skip_first=1)
+        res = DC.deviant_cell(model, task, dev, positions, values, skip_first=1)
     for key, mine in (
         ("mean", "attention_on_inserted"),
         ("max", "attention_on_inserted_max_head"),
@@ -270,8 +272,8 @@ def test_attention_share_matches_a_direct_computation(name, extra, monkeypatch):
         np.testing.assert_allclose(res[mine].numpy(), want[key], rtol=1e-5, atol=1e-7)
     assert not np.allclose(want["mean"], want["uniform"], atol=1e-3)  # a non-trivial model
     # chunks of one prompt give the same numbers
-    monkeypatch.setattr(D, "MAX_ATTENTION_ELEMENTS", 1)
-    again = D.deviant_cell(model, task, dev, positions, values, skip_first=1)
+    monkeypatch.setattr(attention_maps, "MAX_ATTENTION_ELEMENTS", 1)
+    again = DC.deviant_cell(model, task, dev, positions, values, skip_first=1)
     for key, v in res.items():
         np.testing.assert_allclose(again[key].numpy(), v.numpy(), rtol=1e-5, atol=1e-7)
 

@@ -19,7 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ssa_repro.evaluation import boundary as B
-from ssa_repro.evaluation.deviant import deviant_rows
+from ssa_repro.evaluation.deviant_cells import deviant_rows
 from ssa_repro.evaluation.grid import GridConfig, GridEvaluation
 from ssa_repro.models import build_model
 from ssa_repro.tasks import build_task

@@ -15,7 +15,9 @@ import torch
 from omegaconf import OmegaConf
 
 from ssa_repro.evaluation import boundary as B
+from ssa_repro.evaluation import boundary_estimators as BE
 from ssa_repro.evaluation import deviant as D
+from ssa_repro.evaluation import deviant_cells as DC
 from ssa_repro.evaluation.grid import GridConfig, GridEvaluation, region, training_length
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.runner import check, evaluate
@@ -195,8 +197,8 @@ def test_linear_mse_per_sigma_f_with_zero_and_least_squares():
 def _deviant_batch(task, sign, seed=3, bsz=12, n=10, k=2, m=40.0):
     g = torch.Generator().manual_seed(seed)
     clean = task.sample(bsz, n, g, "cpu")
-    positions, values = D.draw_insertions(g, bsz, n, k, m, sign)
-    return D.insert(task, clean, positions, values), positions, values
+    positions, values = DC.draw_insertions(g, bsz, n, k, m, sign)
+    return DC.insert(task, clean, positions, values), positions, values
 
 
 def _numpy_detail(model, task, dev, positions, skip_first):
@@ -239,7 +241,7 @@ def test_deviant_detail_against_loops(extra):
             c = block.attn.qkv.weight.shape[1]
             block.attn.qkv.weight[: 2 * c] *= 8.0
     dev, positions, values = _deviant_batch(task, "positive")
-    res = D.deviant_cell(model, task, dev, positions, values, skip_first=2, detail=True)
+    res = DC.deviant_cell(model, task, dev, positions, values, skip_first=2, detail=True)
     want = _numpy_detail(model, task, dev, positions, 2)
     for key in ("error_elsewhere", "error_after_inserted"):
         np.testing.assert_allclose(res[key].numpy(), want[key], rtol=1e-12, equal_nan=True)
@@ -252,7 +254,7 @@ def test_deviant_detail_against_loops(extra):
         res[("attention", 2, "mean", "attention_on_inserted")].numpy(), res["attention_on_inserted"].numpy()
     )
     assert not np.allclose(want[(1, "0")], want[(1, "1")], equal_nan=True)  # heads differ: a real test
-    plain = D.deviant_cell(model, task, dev, positions, values, skip_first=2)
+    plain = DC.deviant_cell(model, task, dev, positions, values, skip_first=2)
     assert "error_elsewhere" not in plain and not any(isinstance(k, tuple) for k in plain)
 
 
@@ -261,19 +263,19 @@ def test_the_control_sign_makes_following_right_and_the_adverse_sign_wrong(name)
     """Under the control sign the true labels follow the inserted value's label exactly (rate 1), under
     the adverse sign they do not: only the adverse sign can tell following from solving the task."""
     cfg, model, task = model_for(f"task={name}", "task.labels_in_context=false")
-    adverse = D.adverse_sign(task)
+    adverse = DC.adverse_sign(task)
     assert adverse == {"every": "positive", "some": "negative"}[name]
     control = "negative" if adverse == "positive" else "positive"
     kw = dict(length=12, n_samples=2, batch_size=32, skip_first=3, seed=5, device=CPU)
     rate = {}
     for sign in (adverse, control):
-        tables = D.deviant_tables(model, task, {"M": 50.0, "k": 1}, sign=sign, detail=True, **kw)
+        tables = DC.deviant_tables(model, task, {"M": 50.0, "k": 1}, sign=sign, detail=True, **kw)
         res = pd.DataFrame(tables["results"])
         rate[sign] = res[(res.predictor == "labels") & (res.metric == "follows_largest")]["value"].item()
         attn = pd.DataFrame(tables["attention"])
         assert set(attn.layer) == {1, 2} and {"mean", "max", "0", "1", "uniform"} == set(attn["head"])
     assert rate[control] == 1.0 and rate[adverse] < 0.9, rate
-    assert D.adverse_sign(build_task(make_cfg("task=linear").task)) is None
+    assert DC.adverse_sign(build_task(make_cfg("task=linear").task)) is None
 
 
 def test_deviant_detail_through_the_runner(tmp_path):
@@ -322,10 +324,10 @@ def _randomised(arch: str, seed: int = 0):
 @pytest.mark.parametrize("arch", [*ARCHS])
 def test_readout_bound_holds_and_is_tight(arch):
     model = _randomised(arch)
-    bound = B.readout_bound(model)
+    bound = BE.readout_bound(model)
     lo, hi = bound["bound_low"], bound["bound_high"]
     # numpy: the looser |ŷ| bound from the chosen LayerNorm's weights, and it contains the tight one
-    ln = B.last_layernorm(model)
+    ln = BE.last_layernorm(model)
     w, gam, beta = (t.detach().double().numpy().ravel() for t in (model.read_out.weight, ln.weight, ln.bias))
     c = w @ beta + model.read_out.bias.item()
     assert bound["bound_abs"] == pytest.approx(np.sqrt(len(w)) * np.linalg.norm(w * gam) + abs(c), rel=1e-12)
@@ -370,7 +372,7 @@ def test_readout_bound_holds_and_is_tight(arch):
 
 def test_no_bound_without_the_final_layernorm():
     model = _randomised("preln_nofinal")
-    assert B.last_layernorm(model) is None and B.readout_bound(model) is None
+    assert BE.last_layernorm(model) is None and BE.readout_bound(model) is None
     with torch.no_grad():  # and indeed the output grows without limit with the input
         small, large = (
             model(torch.full((1, 6, 1), v, dtype=torch.float64)).abs().max().item() for v in (1.0, 1e6)
@@ -383,7 +385,7 @@ def test_plateau_against_numpy():
     y_true = rng.uniform(-30, 30, 4000)
     groups = np.repeat(np.arange(400), 10)
     clipped = np.clip(y_true, -7.0, 9.0) + rng.normal(0, 0.01, len(y_true))
-    est = B.plateau(y_true, clipped, groups, cut=4.2, side=1.0, share=0.1, min_count=20)
+    est = BE.plateau(y_true, clipped, groups, cut=4.2, side=1.0, share=0.1, min_count=20)
     beyond = y_true > 4.2
     assert est["n_beyond"] == beyond.sum()
     slope = np.polyfit(y_true[beyond], clipped[beyond], 1)[0]
@@ -394,12 +396,12 @@ def test_plateau_against_numpy():
         9.0, abs=0.01
     )
     assert est["plateau"][1] < level < est["plateau"][2] and est["plateau"][2] - est["plateau"][1] < 0.01
-    neg = B.plateau(y_true, clipped, groups, cut=-4.2, side=-1.0, share=0.1, min_count=20)
+    neg = BE.plateau(y_true, clipped, groups, cut=-4.2, side=-1.0, share=0.1, min_count=20)
     assert neg["plateau"][0] == pytest.approx(-7.0, abs=0.01)
     # a predictor with no boundary extrapolates: slope 1 beyond the training range
-    ident = B.plateau(y_true, y_true, groups, cut=4.2, side=1.0, share=0.1, min_count=20)
+    ident = BE.plateau(y_true, y_true, groups, cut=4.2, side=1.0, share=0.1, min_count=20)
     assert ident["slope"][0] == pytest.approx(1.0, abs=1e-9)
-    few = B.plateau(y_true, y_true, groups, cut=29.99, side=1.0, share=0.1, min_count=20)
+    few = BE.plateau(y_true, y_true, groups, cut=29.99, side=1.0, share=0.1, min_count=20)
     assert math.isnan(few["slope"][0]) and math.isnan(few["plateau"][0])
 
 
@@ -421,7 +423,7 @@ def test_boundary_through_the_runner_stores_the_bound_and_plateau(tmp_path, arch
     if arch == "preln_nofinal":
         assert summary["readout_bound"] is None and not res.metric.str.startswith("bound_").any()
         return
-    want = B.readout_bound(run.model)
+    want = BE.readout_bound(run.model)
     assert summary["readout_bound"] == pytest.approx(want)
     pred = pd.read_csv(folder / "predictions.csv")
     assert want["bound_low"] <= pred.pred_model.min() and pred.pred_model.max() <= want["bound_high"]

@@ -1,6 +1,6 @@
 """The package imports in one direction only, without cycles and without imports hidden in functions:
 
-    core, stats → scorers, data → models → tasks, hf → training, evaluation → reports → config, resolvers
+    core, stats → scorers, data → models → tasks, hf → training, evaluation, tracking → reports → config, resolvers
          → entry points (cli, launch)
 
 A module may import its own layer or a lower one; siblings of one layer (scorers and data, training and
@@ -31,6 +31,7 @@ LAYERS = {
     "hf": 3,  # scorers inside transformers models (the hf extra): scorers, models below it
     "training": 4,
     "evaluation": 4,
+    "tracking": 4,  # W&B runs beside the training and evaluation they log: imports core alone
     "reports": 5,
     "config": 6,
     "jobs": 6,  # a training job prepared once, then trained and evaluated: training, evaluation below it

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from ssa_repro.jobs.train_job import run_job
 from ssa_repro.reports import icl, paired
 from ssa_repro.reports import study as report
-from ssa_repro.studies import study
+from ssa_repro.studies import engine, study
 from ssa_repro.tasks import TASKS
 from ssa_repro.tasks.flip_flop import BIT0, READ, WRITE, p_ignore_at
 from ssa_repro.tasks.tokens import IGNORE
@@ -197,7 +197,7 @@ def test_mqar_with_alibi_and_ssa_trains_and_evaluates(tmp_path):
 @pytest.mark.slow
 def test_the_length_quick_study_runs_end_to_end(tmp_path):
     """conf/study/length_quick.yaml through the study pipeline: every job trains and gets its task's grid."""
-    root = study.run("length_quick", tmp_path / "length_quick", n_jobs=1)
+    root = engine.run("length_quick", tmp_path / "length_quick", n_jobs=1)
     index = pd.read_csv(root / "index.csv")
     assert len(index.job.unique()) == len(study.jobs(study.load("length_quick")))
     assert set(zip(index.task, index.evaluation)) == {("every_num", "grid_quantifier"), ("mqar", "grid_mqar")}

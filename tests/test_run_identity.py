@@ -14,8 +14,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from ssa_repro import tracking
 from ssa_repro.cli import commands
-from ssa_repro.core import tracking
 from ssa_repro.core.identity import run_identity, same_runs
 from ssa_repro.evaluation.grid import GridConfig
 from ssa_repro.evaluation.loading import load_run
@@ -117,8 +117,8 @@ def test_the_wandb_evaluation_run_carries_the_identity(runs, monkeypatch):
         seen.update(kw)
         return Run()
 
-    monkeypatch.setattr(tracking, "_init", init)
-    monkeypatch.setattr(tracking, "configure_environment", lambda mode: "offline")
+    monkeypatch.setattr(tracking.tracker, "_init", init)
+    monkeypatch.setattr(tracking.tracker, "configure_environment", lambda mode: "offline")
     tracking.Tracker.for_evaluation(runs / "s0", {"logger": {"mode": "offline"}}, {}, "grid")
     assert seen["config"]["run_identity"] == run_identity(runs / "s0").as_dict()
     assert seen["config"]["run_identity"]["run_id"] and seen["config"]["run_identity"]["checkpoint_sha256"]

@@ -23,7 +23,8 @@ from ssa_repro.core.plotting import saving
 from ssa_repro.jobs.prepared import problems
 from ssa_repro.reports import icl, icl_figures, icl_frame, icl_tables, paired, provenance, seed_power
 from ssa_repro.reports import study as report
-from ssa_repro.studies import study
+from ssa_repro.studies import engine, progress, study
+from ssa_repro.studies import index as study_index
 from tests.conftest import HAVE_SHARED_DATA
 
 STUDIES = sorted(p.stem for p in (CONF_DIR / "study").glob("*.yaml"))
@@ -42,7 +43,7 @@ def test_every_job_of_a_study_composes_and_validates(name):
         if key in seen:  # seeds differ only in the seed
             continue
         seen.add(key)
-        cfg = study._compose(job)  # what the study trains (Hydra's compose: the test below)
+        cfg = study.compose(job)  # what the study trains (Hydra's compose: the test below)
         found = problems(cfg)
         if not HAVE_SHARED_DATA:  # the corpus studies' data files are the machine's, not the config's
             found = [p for p in found if "data file not found" not in p]
@@ -52,33 +53,33 @@ def test_every_job_of_a_study_composes_and_validates(name):
 
 @pytest.mark.parametrize("name", STUDIES)
 def test_a_studys_job_configs_are_hydras_compositions(name):
-    """study._compose (config.compose_cached: group choices composed once, values applied to a copy) gives
+    """study.compose (config.compose_cached: group choices composed once, values applied to a copy) gives
     Hydra's compose value for value, resolved, on two jobs of each study that differ the most: the first
     and the last (other groups, tasks, architectures and seeds)."""
     todo = study.jobs(study.load(name))
     for job in (todo[0], todo[-1]):
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             want = compose("train", overrides=list(job.overrides))
-        got = study._compose(job)
+        got = study.compose(job)
         assert OmegaConf.to_yaml(got) == OmegaConf.to_yaml(want), job.name
         assert OmegaConf.to_container(got, resolve=True) == OmegaConf.to_container(want, resolve=True)
 
 
 def test_a_jobs_config_composed_once_per_setting_equals_hydras_with_its_seed():
-    """study._compose composes a setting without its seed= and sets the seed on the copy: the config
+    """study.compose composes a setting without its seed= and sets the seed on the copy: the config
     must be Hydra's own composition with the seed override, value for value (resolved), for two seeds."""
     todo = [j for j in study.jobs(study.load("quick")) if j.group == "core" and j.task == "linear"]
     assert len({j.seed for j in todo}) == 2
     for job in todo:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             want = compose("train", overrides=list(job.overrides))
-        got = study._compose(job)  # (composes outside: compose_cached initialises Hydra itself)
+        got = study.compose(job)  # (composes outside: compose_cached initialises Hydra itself)
         assert got.seed == job.seed
         assert OmegaConf.to_yaml(got) == OmegaConf.to_yaml(want)
         assert OmegaConf.to_container(got, resolve=True) == OmegaConf.to_container(want, resolve=True)
     # a second seed= among the extra overrides: composed as given (Hydra's last seed= wins)
     for ov in ("seed=99", "++seed=99"):
-        assert study._compose(study.jobs(study.load("quick"), (ov,))[0]).seed == 99
+        assert study.compose(study.jobs(study.load("quick"), (ov,))[0]).seed == 99
 
 
 def test_an_unknown_study_names_the_known_ones():
@@ -130,7 +131,7 @@ def _sign_flip_enumerated(d) -> float:
 
 @pytest.mark.slow
 def test_quick_study_end_to_end_and_claims_read_back_from_the_csvs(tmp_path, monkeypatch):
-    root = study.run("quick", tmp_path / "quick", n_jobs=1)
+    root = engine.run("quick", tmp_path / "quick", n_jobs=1)
     index = pd.read_csv(root / "index.csv")
     assert len(index.job.unique()) == len(study.jobs(study.load("quick")))
     check_report(root, tmp_path / "report")
@@ -139,19 +140,19 @@ def test_quick_study_end_to_end_and_claims_read_back_from_the_csvs(tmp_path, mon
     before = sorted(p.stat().st_mtime_ns for p in root.rglob("parts/*.csv"))
     index_before = (root / "index.csv").read_bytes()
     loaded = []
-    real_load = study.load_run
+    real_load = engine.load_run
     monkeypatch.setattr(
-        study, "load_run", lambda d, *a, **k: loaded.append(Path(d).name) or real_load(d, *a, **k)
+        engine, "load_run", lambda d, *a, **k: loaded.append(Path(d).name) or real_load(d, *a, **k)
     )
     with saving(False):  # the resumes' reports draw no figures (the first run's and check_report's do)
-        study.run("quick", root, n_jobs=1)
+        engine.run("quick", root, n_jobs=1)
     assert loaded == [] and (root / "index.csv").read_bytes() == index_before
     # a derived file removed: that job alone is evaluated again (its cells reused) and the file is back
     job = index[index.evaluation == "deviant"].iloc[0]
     derived = next((Path(job.run_dir) / "eval" / "deviant").glob("*/summary.json"))
     derived.unlink()
     with saving(False):
-        study.run("quick", root, n_jobs=1)
+        engine.run("quick", root, n_jobs=1)
     assert loaded == [Path(job.run_dir).name] and derived.is_file()
     assert sorted(p.stat().st_mtime_ns for p in root.rglob("parts/*.csv")) == before
 
@@ -415,7 +416,7 @@ def test_claims_are_per_task_and_findings_follow_the_rule_on_a_synthetic_study(t
 def test_a_study_with_an_invalid_job_config_stops_before_anything_is_written(tmp_path):
     root = tmp_path / "study"
     with pytest.raises(SystemExit) as e:
-        study.run("quick", root, extra=("device=cuda",))
+        engine.run("quick", root, extra=("device=cuda",))
     msg = str(e.value.code)
     assert msg.startswith("Error: study quick: invalid job configs:\n  - ")
     assert "device=cuda but no CUDA device is available; use device=auto or device=cpu" in msg
@@ -433,10 +434,10 @@ def test_a_failing_job_does_not_stop_the_others_and_the_study_says_which(tmp_pat
             raise ValueError("checkpoint damaged")
         return [{"job": job.name, "evaluation": "grid"}]
 
-    monkeypatch.setattr(study, "run_one", fake)
+    monkeypatch.setattr(engine, "run_one", fake)
     root = tmp_path / "study"
     with pytest.raises(SystemExit) as e:
-        study.run("quick", root, n_jobs=1)
+        engine.run("quick", root, n_jobs=1)
     msg = str(e.value.code)
     assert ran == [j.name for j in todo]  # every job ran, the ones after the failure too
     assert f"1 of {len(todo)} jobs failed" in msg
@@ -452,7 +453,7 @@ def test_sigterm_inside_the_jobs_raises_keyboardinterrupt_and_restores_the_handl
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt, match="signal 15"):
-        with study.workers_stop_on_sigterm():
+        with progress.workers_stop_on_sigterm():
             os.kill(os.getpid(), signal.SIGTERM)
             import time
 
@@ -534,9 +535,9 @@ def test_the_index_grows_while_the_study_runs(tmp_path, monkeypatch):
             seen["index"] = list(pd.read_csv(root / "index.csv").job)
         return [{"group": job.group, "job": job.name, "evaluation": "grid"}]
 
-    monkeypatch.setattr(study, "run_one", fake)
-    monkeypatch.setattr(study, "INDEX_EVERY_S", -1.0)  # rewrite after every job
-    study.run("quick", root, n_jobs=1)
+    monkeypatch.setattr(engine, "run_one", fake)
+    monkeypatch.setattr(engine, "INDEX_EVERY_S", -1.0)  # rewrite after every job
+    engine.run("quick", root, n_jobs=1)
     assert seen["index"] == [j.name for j in todo[:2]]
     assert list(pd.read_csv(root / "index.csv").job) == [j.name for j in todo]
 
@@ -548,54 +549,55 @@ def test_the_index_is_rebuilt_from_every_finished_jobs_rows(tmp_path):
     invocation's results, which lost the rows of another process's jobs.)"""
     a, b, c = (study.Job("g1", t, "softmax", "preln", 1.0, 0, ()) for t in ("a", "b", "c"))
     for job, v in ((a, 0), (b, 0), (c, 0)):
-        study.store_rows(tmp_path, job, [{"group": job.group, "job": job.name, "v": v}])
-    study.store_rows(
+        study_index.store_rows(tmp_path, job, [{"group": job.group, "job": job.name, "v": v}])
+    study_index.store_rows(
         tmp_path, b, [{"group": "g1", "job": b.name, "v": 1}, {"group": "g1", "job": b.name, "v": 2}]
     )
-    study.store_rows(tmp_path, a, [])  # a failed now
-    index = study.write_index(tmp_path, [a, b])  # c is no longer in the study
+    study_index.store_rows(tmp_path, a, [])  # a failed now
+    index = study_index.write_index(tmp_path, [a, b])  # c is no longer in the study
     assert list(zip(index.job, index.v)) == [(b.name, 1), (b.name, 2)]
     assert pd.read_csv(tmp_path / "index.csv").equals(index)
-    assert study.read_index(Path("/nonexistent/index.csv")) is None
+    assert study_index.checked_index(Path("/nonexistent/index.csv")) is None
 
 
 def test_a_finished_jobs_record_vouches_only_for_the_rows_written_with_it(tmp_path):
     """store_rows keeps the done key beside a job's rows (never in them); finished_rows hands the rows
     back only for that key; rows stored again without a key, or a failed job, leave no record."""
     job = study.Job("g1", "a", "softmax", "preln", 1.0, 0, ())
-    rows = [{"group": "g1", "job": job.name, "evaluation": "grid", "v": 0.5, study.DONE_KEY: "k1"}]
-    study.store_rows(tmp_path, job, rows)
-    path = study.job_rows_path(tmp_path, "g1", job.name)
-    assert study.DONE_KEY not in pd.read_csv(path).columns
+    rows = [{"group": "g1", "job": job.name, "evaluation": "grid", "v": 0.5, study_index.DONE_KEY: "k1"}]
+    study_index.store_rows(tmp_path, job, rows)
+    path = study_index.job_rows_path(tmp_path, "g1", job.name)
+    assert study_index.DONE_KEY not in pd.read_csv(path).columns
     assert path.with_suffix(".key").read_text() == "k1\n"
-    got = study.finished_rows(tmp_path, job, "k1")
-    assert [{k: v for k, v in r.items() if k != study.DONE_KEY} for r in got] == [
-        {k: v for k, v in rows[0].items() if k != study.DONE_KEY}
+    got = study_index.finished_rows(tmp_path, job, "k1")
+    assert [{k: v for k, v in r.items() if k != study_index.DONE_KEY} for r in got] == [
+        {k: v for k, v in rows[0].items() if k != study_index.DONE_KEY}
     ]
     assert (
-        study.finished_rows(tmp_path, job, "k2") is None and study.finished_rows(tmp_path, job, None) is None
+        study_index.finished_rows(tmp_path, job, "k2") is None
+        and study_index.finished_rows(tmp_path, job, None) is None
     )
-    study.store_rows(tmp_path, job, [{k: v for k, v in rows[0].items() if k != study.DONE_KEY}])
-    assert not path.with_suffix(".key").exists() and study.finished_rows(tmp_path, job, "k1") is None
+    study_index.store_rows(tmp_path, job, [{k: v for k, v in rows[0].items() if k != study_index.DONE_KEY}])
+    assert not path.with_suffix(".key").exists() and study_index.finished_rows(tmp_path, job, "k1") is None
     # ids and names come back as the text they were written as (a protocol id is 8 hex digits)
     odd = [{**rows[0], "protocol_id": pid} for pid in ("12e45678", "00123456")]
     for row in odd:
-        study.store_rows(tmp_path, job, [row])
-        assert study.finished_rows(tmp_path, job, "k1")[0]["protocol_id"] == row["protocol_id"]
-    assert study.write_index(tmp_path, [job]).protocol_id.tolist() == ["00123456"]
+        study_index.store_rows(tmp_path, job, [row])
+        assert study_index.finished_rows(tmp_path, job, "k1")[0]["protocol_id"] == row["protocol_id"]
+    assert study_index.write_index(tmp_path, [job]).protocol_id.tolist() == ["00123456"]
     assert report.read_index(tmp_path).protocol_id.tolist() == ["00123456"]
-    study.store_rows(tmp_path, job, [])  # failed now
+    study_index.store_rows(tmp_path, job, [])  # failed now
     assert not path.exists() and not path.with_suffix(".key").exists()
 
 
 def test_the_wall_time_has_one_line_per_invocation_also_when_rewritten_while_running(tmp_path, monkeypatch):
-    monkeypatch.setattr(study, "run_one", lambda job, s, r, i, n: [{"group": job.group, "job": job.name}])
-    monkeypatch.setattr(study, "INDEX_EVERY_S", -1.0)  # rewritten after every job
+    monkeypatch.setattr(engine, "run_one", lambda job, s, r, i, n: [{"group": job.group, "job": job.name}])
+    monkeypatch.setattr(engine, "INDEX_EVERY_S", -1.0)  # rewritten after every job
     root = tmp_path / "study"
     took = []
     for _ in range(2):  # the second call resumes: a second line
         t0 = time.monotonic()
-        study.run("quick", root, n_jobs=1)
+        engine.run("quick", root, n_jobs=1)
         took.append(time.monotonic() - t0)
     lines = [float(x) for x in (root / "wall_seconds.txt").read_text().splitlines()]
     # each line is its own invocation's time: inside what the caller measured around it
@@ -806,17 +808,17 @@ def test_the_wall_time_is_written_while_a_long_job_runs(tmp_path, monkeypatch):
             )
         return [{"group": job.group, "job": job.name}]
 
-    monkeypatch.setattr(study, "run_one", slow)
-    monkeypatch.setattr(study, "INDEX_EVERY_S", 1e9)  # never after a job: only the clock writes
-    monkeypatch.setattr(study, "WALL_EVERY_S", 0.05)
-    study.run("quick", root, n_jobs=1)
+    monkeypatch.setattr(engine, "run_one", slow)
+    monkeypatch.setattr(engine, "INDEX_EVERY_S", 1e9)  # never after a job: only the clock writes
+    monkeypatch.setattr(engine, "WALL_EVERY_S", 0.05)
+    engine.run("quick", root, n_jobs=1)
     assert seen[0] is not None and len(seen[0].splitlines()) == 1 and float(seen[0]) >= 0
     assert len((root / "wall_seconds.txt").read_text().splitlines()) == 1  # the final line replaced it
 
 
 def test_the_wall_clock_thread_writes_until_the_block_ends():
     calls = []
-    with study.wall_clock(lambda: calls.append(time.monotonic()), 0.01):
+    with progress.wall_clock(lambda: calls.append(time.monotonic()), 0.01):
         time.sleep(0.2)
     n = len(calls)
     time.sleep(0.05)
@@ -905,14 +907,14 @@ def test_a_job_is_evaluated_on_the_device_it_trained_on(monkeypatch, tmp_path, d
     class Run:
         step = 10
 
-    monkeypatch.setattr(study, "run_job", lambda cfg, run_dir: {"final_loss": 1.0})
+    monkeypatch.setattr(engine, "run_job", lambda cfg, run_dir: {"final_loss": 1.0})
     monkeypatch.setattr(
-        study, "load_run", lambda run_dir, dev, step=None: seen.append((str(dev), step)) or Run()
+        engine, "load_run", lambda run_dir, dev, step=None: seen.append((str(dev), step)) or Run()
     )
     monkeypatch.setattr(
-        study.runner, "evaluate", lambda run, ecfg: {"evaluation": "zorro", "protocol_id": "p"}
+        engine.runner, "evaluate", lambda run, ecfg: {"evaluation": "zorro", "protocol_id": "p"}
     )
-    rows = study._train_and_evaluate(job, s, cfg, tmp_path / "run")
+    rows = engine._train_and_evaluate(job, s, cfg, tmp_path / "run")
     assert rows and {d for d, _ in seen} == {expected}
     assert sorted(st for _, st in seen if st is not None) == [
         5,

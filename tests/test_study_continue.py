@@ -16,7 +16,8 @@ from ssa_repro.cli import arguments, run_study
 from ssa_repro.reports import inputs, provenance
 from ssa_repro.reports import study as report
 from ssa_repro.reports.tables import seed_ranges
-from ssa_repro.studies import study
+from ssa_repro.studies import engine, study
+from ssa_repro.studies import index as study_index
 
 
 def _study(tmp_path: Path, **group) -> Path:
@@ -184,9 +185,9 @@ def test_published_jobs_count_as_trained_in_the_missing_lines_and_the_inputs_are
 def test_a_continued_study_does_not_train_the_published_jobs(tmp_path, monkeypatch):
     path = _study(tmp_path, seeds=[0, 1, 2])
     ran = []
-    monkeypatch.setattr(study, "run_one", lambda job, s, r, i, n: ran.append(job) or [])
+    monkeypatch.setattr(engine, "run_one", lambda job, s, r, i, n: ran.append(job) or [])
     skip = {("core", "every_num", sc, "preln", 1.0, seed) for seed in (0, 1) for sc in ("softmax", "ssa")}
-    study.run(str(path), tmp_path / "runs", n_jobs=1, skip=skip)
+    engine.run(str(path), tmp_path / "runs", n_jobs=1, skip=skip)
     every = study.jobs(study.load(str(path)))
     assert len(every) == 12
     assert sorted((j.task, j.scorer, j.seed) for j in ran) == sorted(
@@ -197,8 +198,8 @@ def test_a_continued_study_does_not_train_the_published_jobs(tmp_path, monkeypat
 def test_the_command_passes_the_published_jobs_and_folder_through(tmp_path, monkeypatch):
     prior = _published(tmp_path, seeds=[0], value=0.5)
     seen = {}
-    monkeypatch.setattr(study, "run", lambda *a, **k: seen.setdefault("skip", k["skip"]))
-    monkeypatch.setattr(study, "report_index", lambda root, cfg: None)
+    monkeypatch.setattr(engine, "run", lambda *a, **k: seen.setdefault("skip", k["skip"]))
+    monkeypatch.setattr(study_index, "report_index", lambda root, cfg: None)
 
     def write(root, out, name, command, setup, prior=None):
         seen["prior"] = prior
@@ -232,7 +233,7 @@ def test_a_folder_that_is_not_a_published_report_is_refused_before_anything_runs
     empty = tmp_path / "empty"
     empty.mkdir()
     prior = _published(tmp_path, seeds=[0], value=0.5)
-    monkeypatch.setattr(study, "run", lambda *a, **k: pytest.fail("nothing may run"))
+    monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("nothing may run"))
     argv = ["quick", "--root", str(tmp_path / "r"), *(x.format(empty=empty, prior=prior) for x in extra)]
     a = arguments.study().parse_args(argv)
     a.argv = argv
@@ -290,8 +291,8 @@ def test_the_early_study_continues_from_its_published_report(tmp_path, monkeypat
     assert groups["lm"] >= 6 and groups["lm"] % 2 == 0  # softmax and SSA per seed
     assert keys == set(report.job_keys(published))
     seen = {}
-    monkeypatch.setattr(study, "run", lambda *a, **k: seen.setdefault("skip", k["skip"]))
-    monkeypatch.setattr(study, "report_index", lambda root, cfg: None)
+    monkeypatch.setattr(engine, "run", lambda *a, **k: seen.setdefault("skip", k["skip"]))
+    monkeypatch.setattr(study_index, "report_index", lambda root, cfg: None)
     monkeypatch.setitem(run_study.REPORTS, "early", lambda *a, prior=None: seen.setdefault("prior", prior))
     argv = ["early_cpu", "--root", str(tmp_path / "r"), "--continue-from", str(EARLY), "--out", str(tmp_path)]
     a = arguments.study().parse_args(argv)

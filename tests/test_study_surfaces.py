@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from ssa_repro.cli import arguments, run_study
-from ssa_repro.studies import study
+from ssa_repro.studies import engine, progress, study
+from ssa_repro.studies import index as study_index
 from ssa_repro.studies.schema import problems as schema_problems
 
 GOOD = """
@@ -48,7 +49,7 @@ def write_study(tmp_path: Path, text: str = GOOD, name: str = "tiny") -> Path:
 def no_job_config_checks(monkeypatch):
     """Each job's config checks (train.py's, composed with Hydra: about a second a setting) are tested in
     tests/test_study.py; here the study's own surfaces are, so they are skipped."""
-    monkeypatch.setattr(study, "problems", lambda s, todo: [])
+    monkeypatch.setattr(engine, "problems", lambda s, todo: [])
 
 
 def fake_rows(job, s, root, index, n_jobs):
@@ -94,9 +95,9 @@ BAD = {
 def test_a_bad_study_file_is_refused_in_one_line_before_anything_runs(tmp_path, monkeypatch, case):
     text, words = BAD[case]
     path = write_study(tmp_path, text)
-    monkeypatch.setattr(study, "run_one", lambda *a: pytest.fail("a job ran"))
+    monkeypatch.setattr(engine, "run_one", lambda *a: pytest.fail("a job ran"))
     with pytest.raises(SystemExit) as e:
-        study.run("tiny", tmp_path / "out", n_jobs=1, conf_dir=tmp_path)
+        engine.run("tiny", tmp_path / "out", n_jobs=1, conf_dir=tmp_path)
     msg = str(e.value.code)
     assert msg.startswith("Error: invalid study file:\n  - ")
     lines = msg.splitlines()[1:]
@@ -133,17 +134,17 @@ def test_a_second_study_process_on_the_same_folder_is_refused_naming_the_holder(
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "held"
-        monkeypatch.setattr(study, "run_one", lambda *a: pytest.fail("a job ran beside another study"))
+        monkeypatch.setattr(engine, "run_one", lambda *a: pytest.fail("a job ran beside another study"))
         with pytest.raises(SystemExit) as e:
-            study.run("tiny", root, n_jobs=1, conf_dir=tmp_path)
+            engine.run("tiny", root, n_jobs=1, conf_dir=tmp_path)
         msg = str(e.value.code)
         assert f"{root} is in use by another study process" in msg and f"pid {holder.pid}" in msg
         assert "use another --root" in msg and "\n" not in msg
     finally:
         holder.kill()
         holder.wait()
-    monkeypatch.setattr(study, "run_one", fake_rows)
-    assert study.run("tiny", root, n_jobs=1, conf_dir=tmp_path) == root  # the holder is gone: it runs
+    monkeypatch.setattr(engine, "run_one", fake_rows)
+    assert engine.run("tiny", root, n_jobs=1, conf_dir=tmp_path) == root  # the holder is gone: it runs
 
 
 def test_the_index_holds_every_finished_job_also_those_another_invocation_indexed(tmp_path, monkeypatch):
@@ -164,9 +165,9 @@ def test_the_index_holds_every_finished_job_also_those_another_invocation_indexe
     pd.DataFrame([r for j in more for r in fake_rows(j, s, root, 0, 1)]).to_csv(
         root / "index.csv", index=False
     )
-    monkeypatch.setattr(study, "run_one", fake_rows)
-    study.run("tiny", root, n_jobs=1, groups=("core",), conf_dir=tmp_path)
-    study.run("tiny", root, n_jobs=1, groups=("core",), conf_dir=tmp_path)  # again: no repeated rows
+    monkeypatch.setattr(engine, "run_one", fake_rows)
+    engine.run("tiny", root, n_jobs=1, groups=("core",), conf_dir=tmp_path)
+    engine.run("tiny", root, n_jobs=1, groups=("core",), conf_dir=tmp_path)  # again: no repeated rows
     index = pd.read_csv(root / "index.csv")
     assert list(index.job) == [j.name for j in every]  # both groups, in the study's order, once each
     assert sorted(p.stem for p in (root / "index.d").rglob("*.csv")) == sorted(j.name for j in every)
@@ -175,8 +176,8 @@ def test_the_index_holds_every_finished_job_also_those_another_invocation_indexe
 def test_an_index_cut_short_is_rebuilt_with_a_warning_or_refused(tmp_path, monkeypatch, caplog):
     write_study(tmp_path)
     root = tmp_path / "out"
-    monkeypatch.setattr(study, "run_one", fake_rows)
-    study.run("tiny", root, n_jobs=1, conf_dir=tmp_path)
+    monkeypatch.setattr(engine, "run_one", fake_rows)
+    engine.run("tiny", root, n_jobs=1, conf_dir=tmp_path)
     whole = (root / "index.csv").read_bytes()
     seen = {}
 
@@ -216,8 +217,8 @@ def test_a_damaged_index_names_the_damage(tmp_path):
         path = tmp_path / "index.csv"
         path.write_bytes(text)
         try:
-            with pytest.raises(study.IndexDamaged, match=words.replace("(", r"\(").replace(")", r"\)")):
-                study.checked_index(path)
+            with pytest.raises(study_index.IndexDamaged, match=words.replace("(", r"\(").replace(")", r"\)")):
+                study_index.checked_index(path)
         finally:
             path.unlink()
 
@@ -244,10 +245,10 @@ def test_a_read_only_output_folder_is_named_in_one_line_before_any_job(tmp_path,
     write_study(tmp_path)
     root = tmp_path / "out"
     root.mkdir()
-    monkeypatch.setattr(study, "run_one", lambda *a: pytest.fail("a job ran"))
+    monkeypatch.setattr(engine, "run_one", lambda *a: pytest.fail("a job ran"))
     _refuse_writes_under(root, err, monkeypatch)
     with pytest.raises(SystemExit) as e:
-        study.run("tiny", root, n_jobs=1, conf_dir=tmp_path)
+        engine.run("tiny", root, n_jobs=1, conf_dir=tmp_path)
     msg = str(e.value.code)
     assert msg.startswith("Error: study tiny: cannot write its output folder: ") and "\n" not in msg
     assert str(root) in msg and "--root <another folder>" in msg
@@ -257,9 +258,9 @@ def test_a_read_only_output_folder_is_named_in_one_line_before_any_job(tmp_path,
 def test_an_output_folder_that_is_a_file_is_named(tmp_path, monkeypatch):
     write_study(tmp_path)
     (tmp_path / "out").write_text("")
-    monkeypatch.setattr(study, "run_one", lambda *a: pytest.fail("a job ran"))
+    monkeypatch.setattr(engine, "run_one", lambda *a: pytest.fail("a job ran"))
     with pytest.raises(SystemExit, match=r"--root .*out is a file, not a folder"):
-        study.run("tiny", tmp_path / "out", n_jobs=1, conf_dir=tmp_path)
+        engine.run("tiny", tmp_path / "out", n_jobs=1, conf_dir=tmp_path)
 
 
 def test_progress_is_one_line_on_a_terminal_and_a_log_line_per_job_elsewhere(
@@ -274,9 +275,9 @@ def test_progress_is_one_line_on_a_terminal_and_a_log_line_per_job_elsewhere(
             raise ValueError("boom")
         return fake_rows(job, s, root, index, n_jobs)
 
-    monkeypatch.setattr(study, "run_one", one_fails)
+    monkeypatch.setattr(engine, "run_one", one_fails)
     with caplog.at_level(logging.INFO, logger="ssa_repro.study"), pytest.raises(SystemExit):
-        study.run("tiny", tmp_path / "a", n_jobs=1, conf_dir=tmp_path)
+        engine.run("tiny", tmp_path / "a", n_jobs=1, conf_dir=tmp_path)
     err = capsys.readouterr().err
     assert "[Parallel" not in err and "\r" not in err and "job/s" not in err
     assert (
@@ -287,7 +288,7 @@ def test_progress_is_one_line_on_a_terminal_and_a_log_line_per_job_elsewhere(
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="ssa_repro.study"), pytest.raises(SystemExit):
-        study.run("tiny", tmp_path / "b", n_jobs=1, conf_dir=tmp_path)
+        engine.run("tiny", tmp_path / "b", n_jobs=1, conf_dir=tmp_path)
     err = capsys.readouterr().err
     last = err.replace("\r", "\n").strip().splitlines()[-1]
     assert last.startswith("study tiny: 100%") and "8/8" in last and "failed=1" in last and "<00:00" in last
@@ -299,7 +300,7 @@ def test_a_logged_study_line_gives_elapsed_time_and_the_time_left_at_the_rate_so
     left: at t = 90 s with 1 of 4 done, 0:01:30 elapsed and 3 × 90 s = 0:04:30 left; at t = 200 s with 2
     done, 2 × 100 s."""
     ticks = iter([1000.0, 1090.0, 1200.0])
-    p = study.Progress("x", 4, clock=lambda: next(ticks))
+    p = progress.Progress("x", 4, clock=lambda: next(ticks))
     p.bar.disable = True  # as in a log file
     job = study.Job("core", "linear", "ssa", "small", 1.0, 3, ())
     with caplog.at_level(logging.INFO, logger="ssa_repro.study"):
@@ -341,20 +342,20 @@ def test_the_lock_is_released_after_a_failed_or_interrupted_study(tmp_path, monk
     def stop(job, s, r, index, n):
         raise KeyboardInterrupt("stopped")
 
-    monkeypatch.setattr(study, "run_one", stop)
+    monkeypatch.setattr(engine, "run_one", stop)
     with pytest.raises(KeyboardInterrupt):
-        study.run("tiny", root, n_jobs=1, conf_dir=tmp_path)
+        engine.run("tiny", root, n_jobs=1, conf_dir=tmp_path)
     probe = subprocess.run(
         [sys.executable, "-c", "import sys\nfrom ssa_repro.core.runlock import RunLock\nRunLock(sys.argv[1]).acquire()", str(root)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr  # another process can take the folder now
-    monkeypatch.setattr(study, "run_one", fake_rows)
-    study.run("tiny", root, n_jobs=1, conf_dir=tmp_path)  # and so can this one, again
+    monkeypatch.setattr(engine, "run_one", fake_rows)
+    engine.run("tiny", root, n_jobs=1, conf_dir=tmp_path)  # and so can this one, again
 
 
 def test_a_job_config_is_composed_once_and_again_after_a_config_file_changes(tmp_path, monkeypatch):
-    """study._compose keeps each job's composed config (config.compose_cached; problems, run_one and a resumed study in one
+    """study.compose keeps each job's composed config (config.compose_cached; problems, run_one and a resumed study in one
     process asked for it again and again): the same config as Hydra's compose, a fresh copy each call
     (changing one changes no later one), and composed anew once a file under the config folder
     changes."""
@@ -371,23 +372,23 @@ def test_a_job_config_is_composed_once_and_again_after_a_config_file_changes(tmp
     import ssa_repro.config as config
 
     monkeypatch.setattr(config, "compose", lambda *a, **k: calls.append(a) or compose(*a, **k))
-    first = study._compose(job)
+    first = study.compose(job)
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         fresh = compose("train", overrides=list(job.overrides))
     assert OmegaConf.to_yaml(first) == OmegaConf.to_yaml(fresh) and OmegaConf.is_struct(first)
     first.train.lr = 1.0
-    again = study._compose(job)
+    again = study.compose(job)
     assert again.train.lr == 0.003 and len(calls) == 1  # a copy of the kept one: no second compose
     # another seed and learning rate, the same group choices: values applied to a copy, no compose
-    other = study._compose(study.Job("core", "lin", "softmax", "small", 1.0, 4, ("task=linear", "seed=4")))
+    other = study.compose(study.Job("core", "lin", "softmax", "small", 1.0, 4, ("task=linear", "seed=4")))
     assert other.seed == 4 and other.train.lr == 1e-4  # train/default.yaml's, not the first job's 0.003
     assert len(calls) == 1
-    ev = study._compose(study.Job("core", "ev", "softmax", "small", 1.0, 4, ("task=every", "seed=4")))
+    ev = study.compose(study.Job("core", "ev", "softmax", "small", 1.0, 4, ("task=every", "seed=4")))
     assert ev.task.name == "every" and len(calls) == 2  # another group choice: composed
     (conf / "train" / "default.yaml").write_text(
         (conf / "train" / "default.yaml").read_text() + "\ngrad_clip: 0.25\n"
     )
-    assert study._compose(job).train.grad_clip == 0.25 and len(calls) == 3
+    assert study.compose(job).train.grad_clip == 0.25 and len(calls) == 3
 
 
 def test_a_dry_run_lists_each_settings_jobs_by_state_and_writes_nothing(tmp_path, capsys):
@@ -400,7 +401,7 @@ def test_a_dry_run_lists_each_settings_jobs_by_state_and_writes_nothing(tmp_path
     root = tmp_path / "out"
     s = study.load("tiny", tmp_path)
     jobs = {j.name: j for j in study.jobs(s)}
-    text = study.plan("tiny", root, conf_dir=tmp_path)
+    text = engine.plan("tiny", root, conf_dir=tmp_path)
     assert text.splitlines()[0] == f"study tiny: 8 jobs in {root}: 8 to train, 0 to resume training, " + (
         "0 trained with evaluations due, 0 finished (their rows reused)"
     )
@@ -415,13 +416,15 @@ def test_a_dry_run_lists_each_settings_jobs_by_state_and_writes_nothing(tmp_path
         run_dir(name).last_checkpoint.parent.mkdir(parents=True)
         run_dir(name).last_checkpoint.write_bytes(b"")
     done = jobs["evr-softmax-small-sigma1-s0"]  # its record names what its rows were made from
-    cfg = study._compose(done)
-    key = study.done_key(cfg, s, study.evaluations(s, str(cfg.task.name), "core"), run_dir(done.name).path)
-    record = study.job_rows_path(root, "core", done.name).with_suffix(".key")
+    cfg = study.compose(done)
+    key = study_index.done_key(
+        cfg, s, study.evaluations(s, str(cfg.task.name), "core"), run_dir(done.name).path
+    )
+    record = study_index.job_rows_path(root, "core", done.name).with_suffix(".key")
     record.parent.mkdir(parents=True)
     record.write_text(key + "\n")
     before = sorted(root.rglob("*"))
-    lines = study.plan("tiny", root, conf_dir=tmp_path).splitlines()
+    lines = engine.plan("tiny", root, conf_dir=tmp_path).splitlines()
     assert lines[0].endswith(
         "5 to train, 1 to resume training, 1 trained with evaluations due, 1 finished (their rows reused)"
     )

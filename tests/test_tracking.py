@@ -1,4 +1,4 @@
-"""The W&B layer (ssa_repro/core/tracking.py), offline only: nothing here talks to a W&B server.
+"""The W&B layer (ssa_repro/tracking/), offline only: nothing here talks to a W&B server.
 
 Offline runs are read back with wandb's own reader, ``wandb leet inspect`` (wandb 0.31 writes no
 wandb-summary.json offline). The network test runs in a subprocess whose environment is the real default
@@ -28,9 +28,9 @@ import pandas as pd
 import pytest
 import torch
 
+from ssa_repro import tracking
 from ssa_repro.cli import commands
-from ssa_repro.core import tracking
-from ssa_repro.core.tracking import Tracker
+from ssa_repro.tracking import Tracker
 from tests.conftest import CONF, ROOT, make_cfg
 
 WANDB = Path(sys.executable).with_name("wandb")
@@ -323,7 +323,7 @@ import torch
 from hydra import compose, initialize_config_dir
 import ssa_repro.config  # noqa: F401
 from omegaconf import OmegaConf
-from ssa_repro.core.tracking import Tracker
+from ssa_repro.tracking import Tracker
 
 with initialize_config_dir(config_dir=sys.argv[1], version_base="1.3"):
     cfg = compose("train")  # the real default: no logger override
@@ -506,7 +506,7 @@ def fake_wandb(no_credentials, monkeypatch):
 def test_online_with_the_key_in_netrc_that_the_server_accepts_is_fine(fake_wandb, no_credentials):
     (no_credentials / "netrc").write_text(f"machine 127.0.0.1\n  login user\n  password {'k' * 40}\n")
     assert tracking.check(logger_cfg("online")) == []
-    assert FakeWandb.seen == [("/graphql", f"api:{'k' * 40}", tracking.VIEWER_QUERY)]  # one request
+    assert FakeWandb.seen == [("/graphql", f"api:{'k' * 40}", tracking.environment.VIEWER_QUERY)]  # one request
 
 
 def test_online_with_a_key_the_server_refuses_fails_saying_so(fake_wandb, monkeypatch):
@@ -554,9 +554,9 @@ def test_a_hanging_name_lookup_is_abandoned_after_the_timeout(monkeypatch):
         time.sleep(30)
         raise OSError("timed out")
 
-    monkeypatch.setattr(tracking.socket, "create_connection", hang)
+    monkeypatch.setattr(tracking.environment.socket, "create_connection", hang)
     t0 = time.perf_counter()
-    why = tracking.reachability_problem("https://api.example.invalid", timeout=0.5)
+    why = tracking.environment.reachability_problem("https://api.example.invalid", timeout=0.5)
     assert time.perf_counter() - t0 < 20 and "no answer within 0.5 s" in why  # not the lookup's 30 s
 
 
@@ -587,11 +587,16 @@ def test_training_headline_leaves_out_what_is_unknown():
     assert out == {"model/parameters": 10, "scorer/b_mean/L0": 2.0}
 
 
-def test_the_tracking_module_stays_in_layer_0():
-    source = Path(tracking.__file__).read_text()
-    imports = re.findall(r"^\s*(?:from|import) (ssa_repro[\w.]*)", source, flags=re.M)
-    assert imports and all(m.startswith("ssa_repro.core") for m in imports)
-    assert not re.search(r"^import wandb", source, flags=re.M)  # lazily, after configure_environment
+def test_the_tracking_package_stands_on_core_alone():
+    """W&B code beside training and evaluation, but importing only the ground floor (core) and itself,
+    and wandb never at a module's top (lazily, after configure_environment)."""
+    sources = sorted(Path(tracking.__file__).parent.glob("*.py"))
+    assert {p.name for p in sources} >= {"__init__.py", "environment.py", "tables.py", "tracker.py"}
+    for path in sources:
+        source = path.read_text()
+        imports = re.findall(r"^\s*(?:from|import) (ssa_repro[\w.]*)", source, flags=re.M)
+        assert all(m.startswith(("ssa_repro.core", "ssa_repro.tracking")) for m in imports), path.name
+        assert not re.search(r"^import wandb", source, flags=re.M), path.name
 
 
 # ---------------------------------------------------------------------------------------------------

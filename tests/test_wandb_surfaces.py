@@ -16,8 +16,8 @@ import pytest
 import wandb
 from omegaconf import OmegaConf
 
+from ssa_repro import tracking
 from ssa_repro.cli import commands
-from ssa_repro.core import tracking
 from ssa_repro.core.rundir import WANDB_ID
 from ssa_repro.jobs import prepared, train_job
 from tests.conftest import make_cfg
@@ -88,7 +88,7 @@ def fake_init(monkeypatch):
         calls.append({"id": id, "resume": resume, "group": group})
         return FakeRun(id=id)
 
-    monkeypatch.setattr(tracking, "_wandb_init", init)
+    monkeypatch.setattr(tracking.tracker, "_wandb_init", init)
     return calls
 
 
@@ -97,10 +97,10 @@ def fake_init(monkeypatch):
 )
 def test_a_damaged_stored_run_id_starts_a_new_wandb_run(content, tmp_path, fake_init, caplog):
     (tmp_path / WANDB_ID).write_bytes(content)
-    with caplog.at_level(logging.WARNING, logger="ssa_repro.core.tracking"):
+    with caplog.at_level(logging.WARNING, logger="ssa_repro.tracking.tracker"):
         tracking.Tracker.for_training(_logger(), tmp_path, {}, "run").finish()
     new = fake_init[0]["id"]
-    assert tracking.RUN_ID.fullmatch(new) and _wandb_accepts(run_id=new)
+    assert tracking.tracker.RUN_ID.fullmatch(new) and _wandb_accepts(run_id=new)
     assert (tmp_path / WANDB_ID).read_text() == new + "\n"
     if content.strip():  # a present but damaged id is said; an empty file is simply no id
         assert any("not a W&B run id" in r.getMessage() for r in caplog.records)
@@ -119,7 +119,7 @@ def test_a_home_folder_wandb_cannot_write_moves_its_folders_into_the_run(tmp_pat
     for name in (".config", ".cache", ".local"):
         (home / name).write_text("not a folder")
     monkeypatch.setenv("HOME", str(home))
-    for var in tracking.HOME_DIRS:  # set, then removed: monkeypatch restores each (unset) after the test,
+    for var in tracking.tracker.HOME_DIRS:  # set, then removed: monkeypatch restores each (unset) after the test,
         monkeypatch.setenv(var, "x")  # also what _movable_home_dirs sets in os.environ
         monkeypatch.delenv(var)
     from wandb.sdk.artifacts.staging import get_staging_dir
@@ -127,19 +127,19 @@ def test_a_home_folder_wandb_cannot_write_moves_its_folders_into_the_run(tmp_pat
     with pytest.raises(PermissionError):
         get_staging_dir()  # the fault, as wandb meets it
     run_dir = tmp_path / "run"
-    tracking._movable_home_dirs(run_dir)
+    tracking.tracker._movable_home_dirs(run_dir)
     staging = get_staging_dir()
     assert staging.startswith(str(run_dir / "wandb" / "home"))
-    assert set(tracking.HOME_DIRS) <= {v for v in tracking.HOME_DIRS if tracking.os.environ.get(v)}
+    assert set(tracking.tracker.HOME_DIRS) <= {v for v in tracking.tracker.HOME_DIRS if tracking.tracker.os.environ.get(v)}
 
 
 def test_a_writable_home_is_left_alone(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    for var in tracking.HOME_DIRS:  # set, then removed: monkeypatch restores each (unset) after the test,
+    for var in tracking.tracker.HOME_DIRS:  # set, then removed: monkeypatch restores each (unset) after the test,
         monkeypatch.setenv(var, "x")  # also what _movable_home_dirs sets in os.environ
         monkeypatch.delenv(var)
-    tracking._movable_home_dirs(tmp_path / "run")
-    assert not any(tracking.os.environ.get(v) for v in tracking.HOME_DIRS)
+    tracking.tracker._movable_home_dirs(tmp_path / "run")
+    assert not any(tracking.tracker.os.environ.get(v) for v in tracking.tracker.HOME_DIRS)
 
 
 # ----------------------------------------------------------------------------- server failures

@@ -28,7 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from omegaconf import DictConfig, open_dict, read_write
 
-from ssa_repro.core import tracking
+from ssa_repro import tracking
 from ssa_repro.core.atomic import write_text
 from ssa_repro.core.rundir import RunDir
 from ssa_repro.training import ensemble, run_state

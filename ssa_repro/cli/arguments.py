@@ -21,7 +21,7 @@ import yaml
 CONF = Path(__file__).resolve().parents[2] / "conf"
 HELP_FLAGS = ("--help", "-h")  # Hydra's --hydra-help, --info, --cfg stay Hydra's
 ZORRO_METHODS = ("pll", "holistic")  # ssa_repro/evaluation/zorro.py METHODS
-ENSEMBLE_MODES = ("auto", "on", "off")  # ssa_repro/studies/study.py ENSEMBLE_MODES
+ENSEMBLE_MODES = ("auto", "on", "off")  # ssa_repro/studies/engine.py ENSEMBLE_MODES
 DASHBOARD_TIMEOUT = 60.0  # seconds for each W&B server step: wandb itself retries errors for hours
 PUBLISHED = Path("docs") / "results"  # where ssa-study --publish writes: the committed reports
 

@@ -17,10 +17,11 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+from ssa_repro import tracking
 from ssa_repro.cli.checkfirst import CheckFirst
 from ssa_repro.cli.train_app import with_job_name
 from ssa_repro.config import CONF_DIR
-from ssa_repro.core import atomic, tracking
+from ssa_repro.core import atomic
 from ssa_repro.core.atomic import StorageError
 from ssa_repro.core.checkpoint import CheckpointError
 from ssa_repro.core.rundir import RunDir, RunFolderError, device_problems, plain, resolve_device

@@ -14,7 +14,7 @@
 The matrix is ``conf/study/<name>.yaml`` (or a path to a study file); it is checked against the schema
 (ssa_repro/studies/schema.py) before anything runs. Runs go to ``outputs/study/<name>/`` (``--root``),
 the report, ``<name>.md`` with its figures beside it, into that folder too (``--out DIR`` elsewhere;
-``--publish``: docs/results, where the committed reports are). See ssa_repro/studies/study.py; the report is
+``--publish``: docs/results, where the committed reports are). See ssa_repro/studies/; the report is
 the one the study's ``report`` key names (:data:`REPORTS`: ``icl``, the default,
 ssa_repro/reports/study.py; ``early``, ssa_repro/reports/early.py).
 """
@@ -28,7 +28,8 @@ from ssa_repro.cli import arguments, commands
 from ssa_repro.core.atomic import storage_advice
 from ssa_repro.reports import early, early_cells, paired
 from ssa_repro.reports import study as icl_report
-from ssa_repro.studies import study
+from ssa_repro.studies import engine, study
+from ssa_repro.studies import index as study_index
 
 REPORTS = {"icl": icl_report.write, "early": early.write}  # a study's `report` key -> its writer
 RENDERERS = {"icl": icl_report.render, "early": early.render}  # the same from per-seed CSVs (--from-csv)
@@ -86,12 +87,12 @@ def run(a: argparse.Namespace) -> int:
             raise SystemExit(
                 "Error: --dry-run and --report-only exclude each other (--dry-run lists the jobs to run)"
             )
-        print(study.plan(a.name, root, tuple(a.set), **select))
+        print(engine.plan(a.name, root, tuple(a.set), **select))
         return 0
     if not a.report_only:
         try:
-            study.run(a.name, root, a.jobs, tuple(a.set), ensembles=a.ensembles, **select)
-        except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the workers are stopped (study.run)
+            engine.run(a.name, root, a.jobs, tuple(a.set), ensembles=a.ensembles, **select)
+        except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the workers are stopped (engine.run)
             print(
                 f"study {cfg.name} stopped ({e or 'interrupted'}); its workers were stopped. Finished jobs "
                 f"are kept: rerun the same command to resume.",
@@ -107,7 +108,7 @@ def run(a: argparse.Namespace) -> int:
                 setup = study.report_setup(cfg)
                 path = icl_report.from_csv(render, Path(a.from_csv), out, cfg.name, command, setup)
             else:
-                study.report_index(root, cfg)  # a cut index is rebuilt from the jobs' rows, or refused
+                study_index.report_index(root, cfg)  # a cut index is rebuilt from the jobs' rows, or refused
                 setup = study.report_setup(cfg)
                 # a continued study: the published report's rows join the run folders' (both writers)
                 prior = {"prior": Path(a.continue_from)} if a.continue_from is not None else {}

@@ -30,10 +30,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
+from ssa_repro import tracking
 from ssa_repro.cli import sweeps
 from ssa_repro.cli.checkfirst import CheckFirst
 from ssa_repro.config import CONF_DIR
-from ssa_repro.core import tracking
 from ssa_repro.core.atomic import write_text
 from ssa_repro.core.rundir import RunDir
 from ssa_repro.core.runlock import RunLock

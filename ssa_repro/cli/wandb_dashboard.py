@@ -25,8 +25,8 @@ import sys
 import threading
 from types import SimpleNamespace
 
+from ssa_repro import tracking
 from ssa_repro.cli import arguments
-from ssa_repro.core import tracking
 
 HEATMAP = "ssa-repro-heatmap"
 DIFFERENCE = "ssa-repro-difference"

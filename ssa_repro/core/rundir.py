@@ -61,7 +61,7 @@ OVERRIDES = ".hydra/overrides.yaml"
 JOBS = "jobs.yaml"  # a sweep folder's job list
 MULTIRUN = "multirun.yaml"  # Hydra's record in a sweep folder
 WANDB_ID = "wandb_id.txt"  # the W&B run id a training resumes (also each eval/<evaluation>/'s own run)
-WANDB_RUN = "wandb_run.json"  # the training's W&B identity: id, group, name (core/tracking.py)
+WANDB_RUN = "wandb_run.json"  # the training's W&B identity: id, group, name (ssa_repro/tracking/)
 WANDB_FILES = (WANDB_ID, WANDB_RUN)
 RUN_ID = "run_id.txt"  # the run's identity: written at its first start, kept in checkpoints and cells
 DISCARDED = "discarded"  # discarded/<UTC time>/: results moved aside by train.discard_old_results=true

@@ -142,7 +142,7 @@ class LoggerConfig:
     entity: str | None = None
     group: str | None = None
     tags: list[str] = field(default_factory=list)
-    log_checkpoints: bool = False  # checkpoints also as W&B "model" artifacts (core/tracking.py)
+    log_checkpoints: bool = False  # checkpoints also as W&B "model" artifacts (ssa_repro/tracking/)
 
 
 @dataclass

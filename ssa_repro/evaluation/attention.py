@@ -31,7 +31,8 @@ import torch
 from ssa_repro.core import plotting
 from ssa_repro.core.atomic import atomic_path
 from ssa_repro.evaluation import checks
-from ssa_repro.evaluation.deviant import attention_chunk, draw_map, insert, token_labels
+from ssa_repro.evaluation.attention_maps import attention_chunk, draw_map, token_labels
+from ssa_repro.evaluation.deviant_cells import insert
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.models.positions import position_limit

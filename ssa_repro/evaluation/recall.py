@@ -32,7 +32,7 @@ import torch
 
 from ssa_repro.core import plotting
 from ssa_repro.core.plotting import plt, save
-from ssa_repro.evaluation.deviant import attention_chunk
+from ssa_repro.evaluation.attention_maps import attention_chunk
 from ssa_repro.evaluation.registry import EVALUATORS, EvalConfig, Evaluator
 from ssa_repro.evaluation.sampling import cell_generator
 from ssa_repro.models.positions import position_limit

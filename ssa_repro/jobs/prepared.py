@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ssa_repro.core import tracking
+from ssa_repro import tracking
 from ssa_repro.core.rundir import resolve_device
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.runner import QuickConfig

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ssa_repro.core import tracking
+from ssa_repro import tracking
 from ssa_repro.core.atomic import ConfigFileError, StorageError, write_json
 from ssa_repro.core.checkpoint import CheckpointError
 from ssa_repro.core.rundir import RunDir, plain

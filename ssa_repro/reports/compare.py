@@ -34,7 +34,7 @@ import pandas as pd
 from ssa_repro.core.atomic import write_json, write_text
 from ssa_repro.core.plotting import plt
 from ssa_repro.core.rundir import RunDir, typed
-from ssa_repro.evaluation.deviant import RATE_METRICS
+from ssa_repro.evaluation.deviant_cells import RATE_METRICS
 from ssa_repro.evaluation.grid import AXIS_LABELS
 from ssa_repro.reports import figures, lm_table, tables, zorro_table
 from ssa_repro.reports.aggregate import over_seeds

@@ -1,2 +1,3 @@
-"""Studies: planning, running, resuming and publishing paired-seed studies (study.py), their files
-checked against a schema first (schema.py)."""
+"""Studies: paired-seed matrices of training jobs, defined (study.py, the file checked against schema.py
+first), run and resumed (engine.py, with index.py's record of every finished job, progress.py, and
+ensembles.py's seed ensembles)."""

@@ -54,7 +54,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.func import functional_call, stack_module_state, vmap
 from torch.utils import _pytree as pytree
 
-from ssa_repro.core import tracking
+from ssa_repro import tracking
 from ssa_repro.core.enums import value_of
 from ssa_repro.core.rundir import RunDir, plain, resolve_device
 from ssa_repro.core.runlock import RunLock

@@ -37,7 +37,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.utils import _pytree as pytree
 
-from ssa_repro.core import atomic, provenance, tracking
+from ssa_repro import tracking
+from ssa_repro.core import atomic, provenance
 from ssa_repro.core.enums import value_of
 from ssa_repro.core.rundir import RunDir, plain, resolve_device
 from ssa_repro.models import build_model, count_parameters

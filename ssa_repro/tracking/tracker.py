@@ -1,34 +1,5 @@
-"""Weights & Biases tracking: offline without a byte on the network, runs tables that answer the question.
+"""The W&B run of a training job or an evaluation: :class:`Tracker`, so callers never touch wandb themselves.
 
-Everything W&B goes through here; ``wandb`` is imported lazily, after :func:`configure_environment` has
-set the variables that wandb reads at import/setup time.
-
-Modes (``logger.mode``): ``offline`` (default), ``online``, ``disabled``.
-
-- **offline / disabled: no network.** wandb decides on its usage telemetry from its *global* settings,
-  which come from the environment, not from ``wandb.init(mode=...)``: with ``WANDB_MODE`` unset a run
-  started with ``mode="offline"`` still builds an OpenTelemetry exporter that resolves the W&B host
-  (a DNS query on port 53). :func:`configure_environment` therefore sets ``WANDB_MODE`` to the resolved
-  mode and, for every mode but ``online``, ``WANDB_ERROR_REPORTING=false`` (turns the Python-side
-  telemetry recorder off and starts wandb-core with ``--no-observability``). If wandb was already
-  imported, its process-wide telemetry switch is turned off as well. Nothing else is needed in wandb
-  0.31: offline, wandb-core's CoreWeave metadata probe has no GraphQL client, and system metrics are
-  read locally.
-- **online: fail fast.** :func:`check` (called from start-up validation, before the run folder is
-  created) reports a missing API key (``WANDB_API_KEY``, ``WANDB_IDENTITY_TOKEN_FILE`` or a netrc
-  entry for the W&B host), a W&B host that cannot be reached within a few seconds, and a key the
-  server does not accept or a host that is not a W&B server: one authenticated request (W&B's GraphQL
-  ``viewer`` query, the one ``wandb login`` makes) must return the key's user. There is no
-  silent fall-back to offline: a run asked to be online that quietly is not would be lost from the
-  dashboard; the message says how to run offline instead.
-
-API::
-
-    configure_environment(mode) -> str                   # before wandb is imported; idempotent
-    check(logger_cfg) -> list[str]                       # bad WANDB_MODE, online without key/network
-    check_online(logger_cfg, timeout=5.0, hint=None) -> list[str]   # the online part of check (key, host, viewer)
-    name_problems(logger_cfg) -> list[str]               # tags, project, entity that wandb.init refuses
-    training_headline(final_loss=, parameters=, steps_per_sec=, wall_time_s=, scorer_stats=) -> dict
     Tracker.for_training(logger_cfg, run_dir, config, name) -> Tracker      # id in run_dir/wandb_id.txt
     Tracker.for_evaluation(run_dir, run_config, protocol, name, logger_cfg=None) -> Tracker
     Tracker.off() -> Tracker                             # logs nothing (DDP ranks > 0, disabled mode)
@@ -65,36 +36,31 @@ Keys (``docs/wandb.md`` has the full table)::
 
 from __future__ import annotations
 
-import base64
-import http.client
 import json
 import logging
-import netrc
 import os
 import re
-import socket
-import sys
 import tempfile
-import threading
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from ssa_repro.core import atomic
-from ssa_repro.core.enums import value_of
 from ssa_repro.core.identity import run_identity
 from ssa_repro.core.rundir import SUMMARY, WANDB_ID, RunDir
+from ssa_repro.tracking.environment import configure_environment
+from ssa_repro.tracking.tables import (
+    grid_cells,
+    grid_headline,
+    heatmap_array,
+    is_scalar,
+    layer_means,
+    line_chart,
+)
 
 log = logging.getLogger(__name__)
 
-MODES = ("offline", "online", "disabled")
-TAG_LEN = 64  # W&B refuses a tag longer than this (a pydantic error at wandb.init)
-NAME_LEN = 128  # W&B's limit for a project name
-FORBIDDEN = "/\\#?%:"  # characters W&B refuses in project and entity names
 RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what this module writes (12 hex digits) and wandb accepts
 # wandb's folders under the home folder, by the variable that moves each (wandb's own names)
 HOME_DIRS = {
@@ -106,283 +72,6 @@ HOME_DIRS = {
 
 class TrackingError(RuntimeError):
     """W&B could not start or resume a run; the message is one line with the cause and what to do."""
-
-
-DEFAULT_BASE_URL = "https://api.wandb.ai"
-
-
-# --------------------------------------------------------------------------------------------------
-# Environment and start-up checks
-
-
-def configure_environment(mode) -> str:
-    """Set wandb's environment for ``mode`` (before wandb is imported, where possible); returns the mode.
-
-    ``WANDB_MODE`` becomes the resolved mode, so wandb's global settings (which decide on telemetry)
-    agree with the run. For every mode but ``online`` its telemetry and error reporting are switched
-    off (``WANDB_ERROR_REPORTING=false``). Idempotent.
-    """
-    mode = value_of(mode)
-    if mode not in MODES:
-        raise ValueError(f"W&B mode {mode!r} is not one of {', '.join(MODES)}")
-    os.environ["WANDB_MODE"] = mode
-    if mode != "online":
-        os.environ["WANDB_ERROR_REPORTING"] = "false"
-        if "wandb" in sys.modules:
-            _disable_loaded_telemetry()
-    return mode
-
-
-def _disable_loaded_telemetry() -> None:
-    """wandb was imported before the environment was set: turn its process-wide telemetry off too."""
-    try:
-        from wandb.analytics.opentelemetry import opentelemetry_proxy
-
-        opentelemetry_proxy.disable()
-    except Exception:  # an internal module of wandb; its absence must not stop a run
-        log.debug("could not switch off wandb telemetry after import", exc_info=True)
-
-
-def check(logger_cfg, timeout: float = 5.0) -> list[str]:
-    """Problems with the W&B set-up, found before any work starts (empty when all is well).
-
-    An unknown ``WANDB_MODE`` in the environment is reported naming the variable, its value and the
-    allowed values (``logger.mode`` defaults to it, and wandb's own tools read it). For
-    ``logger.mode=online`` the API key and the server are checked (:func:`check_online`).
-    """
-    out = []
-    env_mode = os.environ.get("WANDB_MODE")
-    if env_mode is not None and env_mode not in MODES:
-        out.append(
-            f"environment variable WANDB_MODE={env_mode!r} is not a W&B mode; allowed: {', '.join(MODES)} "
-            "(unset it to log offline, or set it to one of these)"
-        )
-    try:
-        mode = value_of(logger_cfg.mode)
-    except Exception:  # the YAML default ${oc.env:WANDB_MODE,offline} failed on the value reported above
-        return out or [f"logger.mode could not be resolved; allowed: {', '.join(MODES)}"]
-    if mode not in MODES:
-        out.append(f"logger.mode={mode!r} is not a W&B mode; allowed: {', '.join(MODES)}")
-        return out
-    if mode != "disabled":
-        out += name_problems(logger_cfg)
-    if mode == "online" and not out:
-        out += check_online(logger_cfg, timeout=timeout)
-    return out
-
-
-def name_problems(logger_cfg) -> list[str]:
-    """Tags, project and entity that wandb.init would refuse (offline too), each naming the key, the value
-    and W&B's rule."""
-    out = []
-    for i, tag in enumerate(getattr(logger_cfg, "tags", None) or []):  # (a bare namespace has none)
-        if not 1 <= len(str(tag)) <= TAG_LEN:
-            out.append(
-                f"logger.tags[{i}]={str(tag)[:40]!r}{'…' if len(str(tag)) > 40 else ''} has {len(str(tag))} "
-                f"characters; W&B allows 1 to {TAG_LEN} per tag"
-            )
-    for key in ("project", "entity"):  # (wandb checks the project's name itself; an entity is in URLs)
-        value = getattr(logger_cfg, key, None)
-        if value is not None and (
-            any(c in FORBIDDEN for c in str(value)) or not 1 <= len(str(value)) <= NAME_LEN
-        ):
-            out.append(
-                f"logger.{key}={str(value)!r} is not a W&B {key} name (1 to {NAME_LEN} characters, none of "
-                f"{' '.join(FORBIDDEN)})"
-            )
-    return out
-
-
-def check_online(logger_cfg=None, timeout: float = 5.0, hint: str | None = None) -> list[str]:
-    """Problems that would make an online run fail or hang: no API key, the W&B host unreachable, a key
-    the server refuses, a host that is not a W&B server.
-
-    The key is looked up where wandb looks (``WANDB_API_KEY``, ``WANDB_IDENTITY_TOKEN_FILE``, a netrc
-    entry for the host); the host (``WANDB_BASE_URL``, default ``https://api.wandb.ai``) is only contacted
-    when a key is present: a TCP connection, then the key checked with one ``viewer`` query
-    (:func:`credentials_problem`; not for an identity token, which wandb exchanges itself), each bounded
-    by ``timeout`` seconds (DNS included).
-    """
-    base_url = os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL
-    offline_hint = hint or "or run with logger.mode=offline and upload later with `wandb sync`"
-    who = "logger.mode=online" if hint is None else "W&B"  # (the dashboard has no logger.mode)
-    but = f"{who} but" if hint is None else f"{who}:"
-    if not _have_api_key(base_url):
-        return [
-            f"{who} needs a W&B API key for {base_url} and none was found: set WANDB_API_KEY, "
-            f"or run `wandb login` (writes ~/.netrc), {offline_hint}"
-        ]
-    why = reachability_problem(base_url, timeout)
-    if why:
-        return [f"{but} the W&B server {base_url} is not reachable ({why}); {offline_hint}"]
-    key = _api_key(base_url)
-    why = credentials_problem(base_url, key, timeout) if key else None  # (an identity token: TCP only)
-    if why:
-        return [f"{but} {why}; {offline_hint}"]
-    return []
-
-
-VIEWER_QUERY = "query Viewer { viewer { id username } }"
-
-
-def credentials_problem(base_url: str, key: str, timeout: float = 5.0) -> str | None:
-    """None if the W&B server at ``base_url`` answers the ``viewer`` query authenticated with ``key``
-    (HTTP basic auth, user ``api``, as wandb does) with a user, within ``timeout`` s; else why not.
-    Like :func:`reachability_problem`, the request runs in a daemon thread abandoned after ``timeout``."""
-    url = base_url.rstrip("/") + "/graphql"
-    auth = base64.b64encode(f"api:{key}".encode()).decode()
-    request = urllib.request.Request(
-        url,
-        data=json.dumps({"query": VIEWER_QUERY}).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Basic {auth}"},
-        method="POST",
-    )
-    not_wandb = f"{base_url} is not a W&B server (check WANDB_BASE_URL)"
-    result: list[str | None] = []
-
-    def attempt() -> None:
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as answer:
-                body = answer.read(1 << 20)
-            viewer = (json.loads(body).get("data") or {}).get("viewer")
-            result.append(None if viewer else f"the W&B server {base_url} knows no user for this API key")
-        except urllib.error.HTTPError as e:
-            if e.code in (401, 403):
-                result.append(
-                    f"the W&B server {base_url} refused the API key (HTTP {e.code}): check WANDB_API_KEY "
-                    "or run `wandb login --relogin`"
-                )
-            else:
-                result.append(f"{not_wandb}: it answered HTTP {e.code} {e.reason} to W&B's viewer query")
-        except (ValueError, AttributeError):  # not JSON, or JSON of another shape
-            result.append(f"{not_wandb}: it did not answer W&B's viewer query with W&B's JSON")
-        except (OSError, http.client.HTTPException) as e:  # refused, reset, timed out, not HTTP
-            reason = getattr(e, "reason", None) or e
-            result.append(f"{not_wandb}: no HTTP answer to W&B's viewer query ({reason})")
-
-    thread = threading.Thread(target=attempt, name="wandb-credentials", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if not result:
-        return f"{not_wandb}: no answer to W&B's viewer query within {timeout:g} s"
-    return result[0]
-
-
-def _have_api_key(base_url: str) -> bool:
-    return bool(_api_key(base_url) or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"))
-
-
-def _api_key(base_url: str) -> str | None:
-    """The API key wandb would use: ``WANDB_API_KEY``, else the netrc password for the host."""
-    if os.environ.get("WANDB_API_KEY"):
-        return os.environ["WANDB_API_KEY"]
-    host = urlparse(base_url).hostname or ""
-    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc").expanduser()
-    try:
-        auth = netrc.netrc(str(path)).authenticators(host) if path.exists() else None
-    except (netrc.NetrcParseError, OSError):
-        return None
-    return auth[2] if auth and auth[2] else None
-
-
-def reachability_problem(base_url: str, timeout: float = 5.0) -> str | None:
-    """None if a TCP connection to the URL's host and port opens within ``timeout`` s, else why not.
-
-    Name resolution cannot be interrupted, so the attempt runs in a daemon thread that is abandoned
-    after ``timeout``: the caller never waits longer.
-    """
-    url = urlparse(base_url)
-    host = url.hostname
-    if not host:
-        return f"no host in {base_url!r}"
-    port = url.port or (443 if url.scheme == "https" else 80)
-    result: list[str | None] = []
-
-    def attempt() -> None:
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            result.append(None)
-        except OSError as e:
-            result.append(f"{host}:{port}: {e.strerror or e}")
-
-    thread = threading.Thread(target=attempt, name="wandb-reachability", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if not result:
-        return f"{host}:{port}: no answer within {timeout:g} s"
-    return result[0]
-
-
-# --------------------------------------------------------------------------------------------------
-# Headline numbers
-
-
-def training_headline(
-    *,
-    final_loss: float | None = None,
-    parameters: int | None = None,
-    steps_per_sec: float | None = None,
-    wall_time_s: float | None = None,
-    scorer_stats: Mapping[str, Any] | None = None,
-) -> dict:
-    """The training run's headline numbers under their summary keys (``None`` values are left out)."""
-    out: dict[str, Any] = {
-        "train/final_loss": final_loss,
-        "model/parameters": parameters,
-        "perf/steps_per_sec": steps_per_sec,
-        "perf/wall_time_s": wall_time_s,
-    }
-    for p, per_layer in _layer_means(scorer_stats).items():
-        out.update({f"scorer/{p}_mean/L{layer}": v for layer, v in enumerate(per_layer)})
-    return {k: v for k, v in out.items() if v is not None}
-
-
-def grid_headline(frame, grid: Mapping[str, Any], name: str) -> dict:
-    """Mean and worst cell of an evaluation grid (the model's rows; larger is worse) as summary values.
-
-    ``grid``: ``{"rows": "sigma_x", "cols": "length", "metric": "mse", "table": "grid",
-    "predictor": "model"}``; the frame is the long-form table (columns predictor, <rows>, <cols>, metric,
-    value, ...). Other dimensions (e.g. ``sigma_f``) are averaged over.
-    """
-    cells = _grid_cells(frame, grid)
-    if cells is None or cells.empty:
-        return {}
-    worst = cells.stack().idxmax()
-    return {
-        f"eval/{name}/grid_mean": float(cells.stack().mean()),
-        f"eval/{name}/grid_worst": float(cells.stack().max()),
-        f"eval/{name}/grid_worst_at": f"{grid['rows']}={worst[0]}, {grid['cols']}={worst[1]}",
-    }
-
-
-def _grid_cells(frame, grid: Mapping[str, Any]):
-    """The model's cells as a rows x cols frame (mean over any other dimension), or None."""
-    rows, cols = grid.get("rows"), grid.get("cols")
-    if frame is None or rows not in frame or cols not in frame or "value" not in frame:
-        return None
-    sel = frame
-    predictor = grid.get("predictor", "model")
-    if "predictor" in sel and predictor in set(sel["predictor"]):
-        sel = sel[sel["predictor"] == predictor]
-    if grid.get("metric") and "metric" in sel and grid["metric"] in set(sel["metric"]):
-        sel = sel[sel["metric"] == grid["metric"]]
-    return sel.pivot_table(index=rows, columns=cols, values="value", aggfunc="mean")
-
-
-def _layer_means(stats: Mapping[str, Any] | None) -> dict[str, list[float]]:
-    """{"b": [L, H] tensor or nested list, ...} -> {"b": [mean over heads per layer], ...}."""
-    import torch
-
-    out = {}
-    for p, v in (stats or {}).items():
-        t = torch.as_tensor(v, dtype=torch.float32).detach().cpu()
-        t = t.reshape(t.shape[0], -1) if t.dim() else t.reshape(1, 1)
-        out[p] = t.mean(dim=1).tolist()
-    return out
-
-
-# --------------------------------------------------------------------------------------------------
-# The tracker
 
 
 class Tracker:
@@ -509,9 +198,9 @@ class Tracker:
         """One metrics row: ``train/<key>`` for each scalar, one ``scorer/<p>/L<l>`` line per layer."""
         if self.run is None:
             return
-        data = {f"train/{k}": v for k, v in row.items() if k not in ("step", "scorer") and _is_scalar(v)}
+        data = {f"train/{k}": v for k, v in row.items() if k not in ("step", "scorer") and is_scalar(v)}
         data["train/step"] = step
-        for p, per_layer in _layer_means(scorer_stats).items():
+        for p, per_layer in layer_means(scorer_stats).items():
             data.update({f"scorer/{p}/L{layer}": v for layer, v in enumerate(per_layer)})
         self.run.log(data)
 
@@ -530,7 +219,7 @@ class Tracker:
             rows = [[f"L{layer}", *t[layer].tolist()] for layer in range(t.shape[0])]
             data[f"scorer/heads/{p}"] = wandb.Table(columns=columns, data=rows)
             data[f"scorer/heads/{p}_img"] = wandb.Image(
-                _heatmap_array(t.numpy(), title=f"{p} at step {step}"),
+                heatmap_array(t.numpy(), title=f"{p} at step {step}"),
                 caption=f"{p}: layer x head, step {step}",
             )
         self.run.log(data)
@@ -561,14 +250,14 @@ class Tracker:
         for stem, frame in tables.items():
             data[f"{prefix}/{stem}"] = wandb.Table(dataframe=frame)
             if {"position", "value"} <= set(frame.columns):
-                data[f"{prefix}/{stem}_plot"] = _line_chart(frame, f"{name}: {stem}")
+                data[f"{prefix}/{stem}_plot"] = line_chart(frame, f"{name}: {stem}")
         for path in map(Path, figures):
             if path.suffix.lower() == ".png" and path.exists():
                 data[f"{prefix}/{path.stem}_img"] = wandb.Image(str(path))
         summary: dict[str, Any] = {}
         if grid:
             table = grid.get("table", "grid")
-            cells = _grid_cells(tables.get(table), grid)
+            cells = grid_cells(tables.get(table), grid)
             if cells is not None and not cells.empty:
                 wide = cells.reset_index()
                 wide.columns = [str(grid["rows"]), *[f"{grid['cols']}={c}" for c in cells.columns]]
@@ -747,55 +436,5 @@ def _plain(config) -> dict:
     return dict(config)
 
 
-def _is_scalar(v) -> bool:
-    """A number (int, float, or a 0-d tensor/array), not a bool."""
-    if isinstance(v, bool):
-        return False
-    return isinstance(v, (int, float)) or (hasattr(v, "item") and getattr(v, "ndim", 1) == 0)
-
-
 def _artifact_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "artifact"
-
-
-def _line_chart(frame, title: str):
-    """By-position curves (one per predictor) as W&B's built-in line-series chart."""
-    import wandb
-
-    groups = frame.groupby("predictor") if "predictor" in frame else [("value", frame)]
-    xs, ys, keys = [], [], []
-    for key, g in groups:
-        g = g.groupby("position", sort=True)["value"].mean()
-        xs.append([float(x) for x in g.index])
-        ys.append([float(y) for y in g.values])
-        keys.append(str(key))
-    metric = str(frame["metric"].iloc[0]) if "metric" in frame and len(frame) else "value"
-    return wandb.plot.line_series(xs=xs, ys=ys, keys=keys, title=f"{title} ({metric})", xname="position")
-
-
-def _heatmap_array(values, title: str):
-    """A small annotated [layer x head] heat map rendered to an RGB array (no pyplot, no global state)."""
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    n_layer, n_head = values.shape
-    fig = Figure(figsize=(1.2 + 0.55 * n_head, 0.9 + 0.4 * n_layer), dpi=100)
-    canvas = FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    im = ax.imshow(values, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(n_head), [f"H{h}" for h in range(n_head)])
-    ax.set_yticks(range(n_layer), [f"L{layer}" for layer in range(n_layer)])
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_title(title, fontsize=9)
-    if n_layer * n_head <= 256:
-        mid = (float(values.min()) + float(values.max())) / 2
-        for i in range(n_layer):
-            for j in range(n_head):
-                ax.text(j, i, f"{values[i, j]:.3g}", ha="center", va="center", fontsize=7,
-                        color="black" if values[i, j] > mid else "white")  # fmt: skip
-    fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    canvas.draw()
-    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
