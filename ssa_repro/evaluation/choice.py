@@ -1,5 +1,5 @@
-"""Which of a study's evaluations run on a job: one rule, read by the study runner (``studies/study.py``,
-which evaluates) and by the reports (``reports/icl_cells.py``, ``reports/early.py``, which say what is
+"""Which of a study's evaluations run on a job: one rule, read by the study engine (``studies/study.py``,
+whose ``evaluations`` lists them for ``studies/engine.py`` to run) and by the reports (``reports/icl_cells.py``, ``reports/early.py``, which say what is
 missing), so that what a report expects is what the runner did.
 
 A study's ``evaluations`` map a key to an evaluator's settings (``name`` and its keys). An evaluation
