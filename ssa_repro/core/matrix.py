@@ -5,8 +5,8 @@ A group (``conf/study/<name>.yaml``, ``groups.<name>``) names four axes — ``ta
 optional ``more`` lists sub-matrices run at more seeds: each entry gives ``seeds`` and any of the axes as
 a subset of the group's (an axis it leaves out is the group's whole axis). A primary endpoint's cells get
 the seeds their power analysis asks for without multiplying the rest of the group (icl_cpu: every_num
-under post-LN at 30 seeds, the other architectures at 8). The study engine (studies/study.py plans, studies/engine.py runs) and its
-report's missing-job count (reports/paired.py) read the same cells from here.
+under post-LN at 30 seeds, the other architectures at 8). The study engine (studies/study.py plans,
+studies/engine.py runs) and its report's missing-job count (reports/paired.py) read the same cells here.
 """
 
 from __future__ import annotations
