@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from ssa_repro.cli.arguments import config_groups
-from ssa_repro.jobs.prepared import prepare as check_run
+from ssa_repro.jobs.prepared import PreparedRun as check_run
 from ssa_repro.jobs.prepared import problems
 from ssa_repro.models import MODELS
 from ssa_repro.scorers import SCORERS

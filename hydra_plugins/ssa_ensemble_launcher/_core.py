@@ -31,7 +31,7 @@ from omegaconf import DictConfig, open_dict, read_write
 from ssa_repro.core import tracking
 from ssa_repro.core.atomic import write_text
 from ssa_repro.core.rundir import RunDir
-from ssa_repro.training import ensemble, run_state
+from ssa_repro.training import ensemble, run_state, validate
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ def _trainable(job: Job) -> bool:
     """Whether the ensemble trains this job: not when it is finished or its folder cannot be continued
     (the job itself then skips it, or records why, as under the basic launcher)."""
     try:
+        validate.check(job.cfg)
         return run_state.prepare(job.cfg, job.run_dir).finished is None
     except Exception:  # noqa: BLE001  (the job reports it when it runs)
         return False

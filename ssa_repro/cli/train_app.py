@@ -2,7 +2,7 @@
 
 Checks first (:class:`ValidateFirst`, a :class:`~ssa_repro.cli.checkfirst.CheckFirst` callback that
 runs before Hydra creates or writes the run folder): the job is prepared once
-(:func:`ssa_repro.jobs.prepared.prepare`: unknown keys, every config value, the end-of-run evaluations
+(:class:`ssa_repro.jobs.prepared.PreparedRun`: unknown keys, every config value, the end-of-run evaluations
 against the config, and whether the folder holds a run this config may continue) under the folder's
 hold, and the job goes on with what was prepared. In a multirun every job is checked before the first
 one starts, the job list is written to ``<sweep dir>/jobs.yaml`` and jobs that would share a folder are
@@ -74,7 +74,7 @@ class ValidateFirst(CheckFirst):
                 self.lock = lock.acquire()
 
         try:
-            return prepared.prepare(cfg, run_dir, hold=hold)
+            return prepared.PreparedRun(cfg, run_dir, hold=hold)
         except Exception as e:  # noqa: BLE001  (FAILURES, and any other: Hydra would only warn)
             self.on_run_end(cfg)  # refused: leave the folder as it was (no holder record)
             raise SystemExit(
@@ -126,7 +126,7 @@ def main(cfg: DictConfig) -> dict:
     if hc.mode != RunMode.MULTIRUN:
         try:
             with distributed.exit_quietly_on_interrupt():
-                job = CheckFirst.take(cfg, lambda c: prepared.prepare(c, run_dir))
+                job = CheckFirst.take() or prepared.PreparedRun(cfg, run_dir)
                 return train_job.run(job)
         except (*train_job.FAILURES, TrainingDiverged) as e:
             log.error("%s", e)

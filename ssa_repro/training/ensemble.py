@@ -60,7 +60,7 @@ from ssa_repro.core.rundir import RunDir, plain, resolve_device
 from ssa_repro.core.runlock import RunLock
 from ssa_repro.models import build_model, count_parameters
 from ssa_repro.tasks import curriculum
-from ssa_repro.training import distributed, memory, run_state
+from ssa_repro.training import distributed, memory, run_state, validate
 from ssa_repro.training.checkpointer import Checkpointer, LossWindow, TrainingDiverged
 from ssa_repro.training.metrics_log import MetricsLog
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
@@ -312,6 +312,7 @@ def train_ensemble(cfgs: list[DictConfig], run_dirs: list, guard=None) -> list:
     after the step in flight, then are handed on)."""
     members = [Member(c, Path(d), index=i) for i, (c, d) in enumerate(zip(cfgs, run_dirs))]
     for m in members:  # every config value and folder first (reads only), then the ensemble's own checks
+        validate.check(m.cfg)
         m.prepared = run_state.prepare(m.cfg, m.run_dir)
     check(cfgs, run_dirs)
     locks = []

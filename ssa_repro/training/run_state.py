@@ -86,9 +86,14 @@ def _finished(cfg: DictConfig, current: dict, run: RunDir, state: dict) -> dict 
     return summary if same else None
 
 
+def run_name(cfg: DictConfig) -> str:
+    """A run's name in logs, W&B and summary.json: task, scorer, model and seed."""
+    return f"{cfg.task.name}-{cfg.scorer.label}-{cfg.model.name}-s{cfg.seed}"
+
+
 def prepare(cfg: DictConfig, run_dir: str | Path) -> RunState:
-    """Every check that can fail before work starts (config values, the folder's state); writes nothing."""
-    validate.check(cfg)
+    """What the folder holds and whether this config (its values checked: ``validate.check``) may
+    start, resume or skip it; every refusal before work starts, and nothing written."""
     run = RunDir(run_dir)
     ckpt_path = run.last_checkpoint
     if not ckpt_path.exists():

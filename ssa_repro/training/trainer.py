@@ -42,19 +42,16 @@ from ssa_repro.core.enums import value_of
 from ssa_repro.core.rundir import RunDir, plain, resolve_device
 from ssa_repro.models import build_model, count_parameters
 from ssa_repro.tasks import Stage, build_task, curriculum
-from ssa_repro.training import compile_policy, distributed, run_state
+from ssa_repro.training import compile_policy, distributed, run_state, validate
 from ssa_repro.training.checkpointer import Checkpointer, LossWindow, TrainingDiverged
 from ssa_repro.training.metrics_log import MetricsLog
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
+from ssa_repro.training.run_state import run_name
 from ssa_repro.training.setup import micro_batch_index, rank_data_seed
 
 log = logging.getLogger("ssa_repro.train")
 
 DRAW_DEVICE = torch.device("cpu")  # where training prompts are drawn, whatever the model's device
-
-
-def run_name(cfg) -> str:
-    return f"{cfg.task.name}-{cfg.scorer.label}-{cfg.model.name}-s{cfg.seed}"
 
 
 def start_files(
@@ -281,6 +278,7 @@ def train(
     ``prepared``, the folder's state the caller read (``run_state.prepare``: read here when not given)."""
     run_dir, tr = Path(run_dir), cfg.train
     if prepared is None:  # every bad value reported before anything is written
+        validate.check(cfg)
         prepared = run_state.prepare(cfg, run_dir)
     if prepared.finished is not None:
         if distributed.rank() == 0:
