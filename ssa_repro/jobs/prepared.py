@@ -13,16 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ssa_repro.core import tracking
-from ssa_repro.core.rundir import plain, resolve_device
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.runner import QuickConfig
 from ssa_repro.jobs.keys import unknown_keys
 from ssa_repro.training import distributed, memory, run_state, validate
-from ssa_repro.training.run_state import run_name
 from ssa_repro.training.validate import ConfigError
 
 __all__ = ["ConfigError", "PreparedRun", "end_of_run_evals", "problems"]
@@ -59,22 +56,14 @@ def problems(cfg: DictConfig) -> list[str]:
 
 
 @dataclass(frozen=True, init=False)
-class PreparedRun:
+class PreparedRun(run_state.TrainingRun):
     """One training job, checked once: ``PreparedRun(cfg, run_dir)`` runs :func:`problems` (one
     ConfigError naming them all), then ``hold()`` (where the caller takes the folder's lock: a bad
-    config never creates a folder), then reads the run folder (``run_state.prepare``: writes nothing),
-    and makes the config read-only: what was checked is what runs.
+    config never creates a folder), then reads the run folder (``run_state.TrainingRun``: writes
+    nothing), and makes the config read-only: what was checked is what runs. What every later step
+    takes: the :class:`~ssa_repro.training.run_state.TrainingRun` the trainer trains (config, plain
+    values, name, folder, device, what the folder holds) and the end-of-run evaluation configs."""
 
-    What every later step takes: the config, its plain values (``rundir.plain``, converted once:
-    config.yaml, checkpoints, W&B), the run's name, folder and device, what the folder holds (new,
-    resume, finished) and the end-of-run evaluation configs."""
-
-    cfg: DictConfig
-    config: dict
-    name: str
-    run_dir: Path
-    device: torch.device
-    state: run_state.RunState
     evaluations: tuple[DictConfig, ...]
 
     def __init__(self, cfg: DictConfig, run_dir: str | Path, hold: Callable[[], object] | None = None):
@@ -83,17 +72,6 @@ class PreparedRun:
             raise ConfigError("invalid config:\n  - " + "\n  - ".join(found))
         if hold is not None:
             hold()
-        state = run_state.prepare(cfg, run_dir)
-        evaluations = tuple(end_of_run_evals(cfg))
+        super().__init__(cfg, run_dir, checked=True)
+        object.__setattr__(self, "evaluations", tuple(end_of_run_evals(cfg)))
         OmegaConf.set_readonly(cfg, True)
-        values = {
-            "cfg": cfg,
-            "config": plain(cfg),
-            "name": run_name(cfg),
-            "run_dir": Path(run_dir),
-            "device": resolve_device(cfg.device),
-            "state": state,
-            "evaluations": evaluations,
-        }
-        for key, value in values.items():  # (a frozen dataclass sets its fields so)
-            object.__setattr__(self, key, value)

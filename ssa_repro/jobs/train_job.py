@@ -2,7 +2,7 @@
 sweep's job), the study engine and the tests.
 
 :func:`run` takes a :class:`~ssa_repro.jobs.prepared.PreparedRun`: it holds the run folder (one
-writer), trains (``training.trainer.train``, which resumes or skips a finished run with the state
+writer), trains (``training.trainer.train_run``, which resumes or skips a finished run with the state
 read by ``PreparedRun``), then runs the end-of-run evaluations on the saved run, loaded as ``evaluate.py``
 loads it and stored like its results (``<run_dir>/eval/<evaluation>/<protocol>/``); their headline
 numbers go into ``summary.json``. Each evaluation is logged to the job's W&B run, or to its own when a
@@ -28,7 +28,7 @@ from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.store import StoreError
 from ssa_repro.jobs.prepared import PreparedRun
 from ssa_repro.training import distributed
-from ssa_repro.training.trainer import train
+from ssa_repro.training.trainer import train_run
 from ssa_repro.training.validate import ConfigError
 
 log = logging.getLogger("ssa_repro.train")
@@ -106,7 +106,7 @@ def run(job: PreparedRun) -> dict:
         try:
             if main and job.state.finished is None:
                 tracker = tracking.Tracker.for_training(job.cfg.logger, job.run_dir, job.config, job.name)
-            summary = train(job.cfg, job.run_dir, tracker=tracker, guard=guard, prepared=job.state)
+            summary = train_run(job, tracker=tracker, guard=guard)
             if main:
                 guard.check()  # a signal that came as training ended: do not start the evaluation
                 lock.downgrade("train+evaluate")
