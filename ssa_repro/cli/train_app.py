@@ -28,12 +28,11 @@ import hydra
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from ssa_repro.cli import sweeps
 from ssa_repro.cli.checkfirst import CheckFirst
 from ssa_repro.config import CONF_DIR
-from ssa_repro.core import tracking
 from ssa_repro.core.atomic import write_text
 from ssa_repro.core.rundir import RunDir
 from ssa_repro.core.runlock import RunLock
@@ -132,11 +131,7 @@ def main(cfg: DictConfig) -> dict:
             log.error("%s", e)
             raise SystemExit(f"Error: {e}") from None
 
-    with open_dict(cfg):
-        if cfg.logger.group is None:  # one W&B group per sweep
-            cfg.logger.group = Path(hc.sweep.dir).name
-        tags = [str(o)[: tracking.TAG_LEN] for o in hc.overrides.task if not str(o).startswith("logger.")]
-        cfg.logger.tags = list(dict.fromkeys([*cfg.logger.tags, *tags]))
+    train_job.name_sweep_job(cfg, hc.sweep.dir, hc.overrides.task)
     failed = RunDir(run_dir).failed_file
     try:
         summary = train_job.run_job(cfg, run_dir)

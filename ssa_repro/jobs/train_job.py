@@ -15,7 +15,7 @@ import json
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from ssa_repro.core import tracking
 from ssa_repro.core.atomic import ConfigFileError, StorageError, write_json
@@ -117,6 +117,17 @@ def run(job: PreparedRun) -> dict:
             tracker.finish(exit_code)
             if lock is not None:
                 lock.release()
+
+
+def name_sweep_job(cfg: DictConfig, sweep_dir: str | Path, overrides) -> None:
+    """A sweep's job in W&B: one group per sweep (the sweep folder's name, unless ``logger.group``
+    names one), the job's overrides (``logger.*`` aside) as tags. Set on ``cfg`` before it is
+    prepared (``train.py``'s multirun jobs and the seed ensemble's)."""
+    with open_dict(cfg):
+        if cfg.logger.group is None:
+            cfg.logger.group = Path(str(sweep_dir)).name
+        tags = [str(o)[: tracking.TAG_LEN] for o in overrides if not str(o).startswith("logger.")]
+        cfg.logger.tags = list(dict.fromkeys([*cfg.logger.tags, *tags]))
 
 
 def run_job(cfg: DictConfig, run_dir: str | Path) -> dict:
