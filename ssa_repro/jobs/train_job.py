@@ -85,9 +85,7 @@ def evaluate_after_training(job: PreparedRun, summary: dict, tracker=None, guard
         if tracker is not None and tracker.active:
             log_evaluation(tracker, result, e.name)
         elif result.get("cells_computed"):  # a finished run evaluated anew: its own eval run
-            with tracking.Tracker.for_evaluation(
-                job.run_dir, job.config, result["protocol"], e.name
-            ) as ev:
+            with tracking.Tracker.for_evaluation(job.run_dir, job.config, result["protocol"], e.name) as ev:
                 log_evaluation(ev, result, e.name)
     updated = {**summary, "evaluations": results}
     if updated != summary:
