@@ -280,40 +280,14 @@ def train(cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None) -> dic
 def train_run(run: TrainingRun, tracker=None, guard=None) -> dict:
     """Train (or continue, or skip as finished) the checked ``run``; return the summary. A ``tracker``
     (W&B run) or ``guard`` (signal handler) given by the caller is used and left open."""
-    cfg, run_dir, tr, prepared = run.cfg, run.run_dir, run.cfg.train, run.state
-    if prepared.finished is not None:
-        if distributed.rank() == 0:
-            done, k = prepared.finished, prepared.finished.get("ensemble")
-            # a seed ensemble trained this folder (hydra/launcher=ensemble) before its job runs: say so,
-            # not "skipped", which read as if the job had been left out
-            how = f"trained in a seed ensemble of {k}" if k else "skipped (finished)"
-            log.info("%s: %s: %s holds %d steps", run.name, how, run_dir, done["steps"])
-        return prepared.finished
-    state = prepared.checkpoint
-    main = distributed.rank() == 0
-    if main and prepared.discard:  # train.discard_old_results=true on a folder without a checkpoint
-        log.warning("old results in %s moved to %s", run_dir, RunDir(run_dir).discard_results())
-    s = build(run)
-    handler = start_files(run.config, run_dir, state, s.device, s.dd.world) if main else None
-    if main:  # the model's identity: the checkpoint's, the folder's, or new (kept in every checkpoint)
-        s.ckpt.run_id = RunDir(run_dir).adopt_identity(state.get("run_id") if state else None)
-    step = s.ckpt.restore(state, s.window) if state else 0
-    metrics = MetricsLog(RunDir(run_dir).metrics_file)
-    if main:
-        metrics.truncate(step)
-        log.info(
-            "%s: %s parameters on %s, %d steps%s, run folder %s",
-            run.name,
-            f"{count_parameters(s.model):,}",
-            s.device,
-            tr.steps,
-            f" (resuming at {step})" if state else "",
-            run_dir,
-        )
+    if run.state.finished is not None:
+        return _finished(run)
+    main, tr = distributed.rank() == 0, run.cfg.train
+    s, handler, step, metrics = _start(run, main)
     own_tracker, own_guard = tracker is None, guard is None
     if own_tracker:
         tracker = (
-            tracking.Tracker.for_training(cfg.logger, run_dir, run.config, run.name)
+            tracking.Tracker.for_training(run.cfg.logger, run.run_dir, run.config, run.name)
             if main
             else tracking.Tracker.off()
         )
@@ -323,22 +297,20 @@ def train_run(run: TrainingRun, tracker=None, guard=None) -> dict:
     try:
         s.model.train()
         while step < tr.steps:
-            stage = curriculum.stage(cfg.curriculum, step)
+            stage = curriculum.stage(run.cfg.curriculum, step)
             set_lr(s.opt, lr_at(tr, step))
             s.window.add(train_step(s, step, stage))
             step += 1
             done = step == tr.steps
             if step % tr.log_interval == 0 or done:  # rows at the same steps after a resume
                 s.window.check(step, s.ckpt.describe_last_good())
-                seconds = time.perf_counter() - t_window
-                lr = s.opt.param_groups[0]["lr"]
                 row = log_row(
                     tr,
                     step,
                     s.window.mean(),
                     stage.n_points,
-                    lr,
-                    seconds,
+                    s.opt.param_groups[0]["lr"],
+                    time.perf_counter() - t_window,
                     step - steps_at_window,
                     t0,
                     s.dd.world,
@@ -361,17 +333,19 @@ def train_run(run: TrainingRun, tracker=None, guard=None) -> dict:
                 if main:
                     log.warning("signal %d: checkpoint saved at step %d", guard.received or 0, step)
                 guard.hand_on()
+        compiled = compile_policy.ran_compiled(s.forward)  # False after a failed compile's fallback
+        seconds = time.perf_counter() - t0
         summary = (
             finish(
                 run.name,
-                run_dir,
+                run.run_dir,
                 s.model,
                 s.device,
                 s.dd.world,
-                compile_policy.ran_compiled(s.forward),  # False after a failed compile's fallback
+                compiled,
                 metrics,
                 step,
-                time.perf_counter() - t0,
+                seconds,
                 tracker,
             )
             if main
@@ -389,6 +363,45 @@ def train_run(run: TrainingRun, tracker=None, guard=None) -> dict:
             logging.getLogger().removeHandler(handler)
             handler.close()
         s.dd.close()
+
+
+def _finished(run: TrainingRun) -> dict:
+    """A run this config already finished: said (rank 0), and its summary."""
+    done = run.state.finished
+    if distributed.rank() == 0:
+        # a seed ensemble trained this folder (hydra/launcher=ensemble) before its job runs: say so,
+        # not "skipped", which read as if the job had been left out
+        k = done.get("ensemble")
+        how = f"trained in a seed ensemble of {k}" if k else "skipped (finished)"
+        log.info("%s: %s: %s holds %d steps", run.name, how, run.run_dir, done["steps"])
+    return done
+
+
+def _start(run: TrainingRun, main: bool) -> tuple[Setup, logging.Handler | None, int, MetricsLog]:
+    """A start of ``run``: old results moved aside (``train.discard_old_results``), the objects built,
+    (rank 0) the folder's files and the model's identity, the checkpoint restored; the setup, the log
+    file's handler, the step to go on from and the metrics log (truncated there)."""
+    state, run_dir = run.state.checkpoint, run.run_dir
+    if main and run.state.discard:  # train.discard_old_results=true on a folder without a checkpoint
+        log.warning("old results in %s moved to %s", run_dir, RunDir(run_dir).discard_results())
+    s = build(run)
+    handler = start_files(run.config, run_dir, state, s.device, s.dd.world) if main else None
+    if main:  # the model's identity: the checkpoint's, the folder's, or new (kept in every checkpoint)
+        s.ckpt.run_id = RunDir(run_dir).adopt_identity(state.get("run_id") if state else None)
+    step = s.ckpt.restore(state, s.window) if state else 0
+    metrics = MetricsLog(RunDir(run_dir).metrics_file)
+    if main:
+        metrics.truncate(step)
+        log.info(
+            "%s: %s parameters on %s, %d steps%s, run folder %s",
+            run.name,
+            f"{count_parameters(s.model):,}",
+            s.device,
+            run.cfg.train.steps,
+            f" (resuming at {step})" if state else "",
+            run_dir,
+        )
+    return s, handler, step, metrics
 
 
 def finish(
