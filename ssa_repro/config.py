@@ -15,15 +15,18 @@ from __future__ import annotations
 import copy
 import functools
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import MISSING, DictConfig, OmegaConf
+from hydra.errors import ConfigCompositionException
+from omegaconf import MISSING, DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from ssa_repro import resolvers  # noqa: F401  (the resolvers conf/ uses: ssa_job_dir, ssa_eval_sweep_dir)
@@ -81,31 +84,31 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 def compose_cached(
     overrides: Sequence[str], config_name: str = "train", conf_dir: Path = CONF_DIR
 ) -> DictConfig:
-    """``compose(config_name, overrides)`` from ``conf_dir``, Hydra's composition value for value, at a
-    hundredth of its cost after the first call: a copy each call.
+    """``compose(config_name, overrides)`` from ``conf_dir``: Hydra's composition, by Hydra's own code,
+    at a hundredth of its cost after the first call (a copy each call).
 
-    Hydra composes in two steps: the overrides that choose config-group options (``task=every``,
-    ``hydra/launcher=joblib``) build the defaults list whose files are merged; then the others, its
-    "config overrides" (``train.steps=9``, ``+key=1``, ``++key=2``), are applied to the merged config one
-    by one, by ``OmegaConf.update`` (merge=True; force_add for ``+``/``++``). The first step is composed
-    once per process and group choice while the files under ``conf_dir`` are unchanged (their names,
-    sizes and modification times: an edited file composes anew); the second is repeated here on a copy,
-    for the forms above, the overrides split as Hydra splits them (a key that names a config group, not
-    with a dict value). Anything else (a deletion ``~key``, a package ``@``, a sweep ``seed=0,1``,
-    ``hydra.*`` keys) and any override the second step refuses go through Hydra's whole compose, so a
-    refusal is Hydra's, with its message. icl_cpu's 44 settings cost 16 composes (~0.3 s each: one per
-    choice of groups) and 44 copies (~7 ms each); tests/test_config.py checks the result against
-    ``compose``. The key is the files, not Hydra's in-memory ConfigStore: a schema registered or removed
-    in this process after a compose (the tests' toy components) does not recompose what was cached. On a
-    miss it uses ``initialize_config_dir``, so it cannot be called while another Hydra app holds Hydra's
-    global state."""
+    Hydra composes in two steps (``ConfigLoaderImpl._load_configuration_impl``): the overrides that
+    choose config-group options (``task=every``, ``hydra/launcher=joblib``) build the defaults list
+    whose files are merged; then the others, its "config overrides" (``train.steps=9``, ``+key=1``,
+    ``++key=2``, ``~key``), are applied to the merged config by
+    ``ConfigLoaderImpl._apply_overrides_to_config``. Here the first step is Hydra's ``compose`` of the
+    group choices alone, once per process and choice while the files under ``conf_dir`` are unchanged
+    (their names, sizes and modification times: an edited file composes anew), and the second is the
+    same Hydra function applied to a copy, the overrides split as Hydra splits them (a key that names
+    a config group, not with a dict value). A refusal is Hydra's, with its message. A sweep
+    (``seed=0,1``) or a package (``@``) goes through Hydra's whole compose, which refuses or places it.
+    icl_cpu's 44 settings cost 16 composes (~0.3 s each: one per choice of groups) and 44 copies (~7 ms
+    each); tests/test_config.py checks the result against ``compose`` for tricky override sets. The key
+    is the files, not Hydra's in-memory ConfigStore: a schema registered or removed in this process
+    after a compose (the tests' toy components) does not recompose what was cached. On a miss it uses
+    ``initialize_config_dir``, so it cannot be called while another Hydra app holds Hydra's global
+    state."""
     state = _conf_state(Path(conf_dir))
-    whole = (str(conf_dir), config_name, tuple(overrides), state)
     parsed = OverridesParser.create().parse_overrides(overrides=list(overrides))
+    if any(o.is_sweep_override() or o.package is not None for o in parsed):
+        return copy.deepcopy(_composed(str(conf_dir), config_name, tuple(overrides), state))
     groups, values = [], []
     for o in parsed:
-        if o.is_sweep_override() or o.is_delete() or o.package is not None:
-            return copy.deepcopy(_composed(*whole))
         key = o.key_or_group
         if key.startswith("hydra") or (
             not isinstance(o.value(), dict) and _is_group(str(conf_dir), key, state)
@@ -114,15 +117,10 @@ def compose_cached(
         else:
             values.append(o)
     cfg = copy.deepcopy(_composed(str(conf_dir), config_name, tuple(groups), state))
-    try:
-        for o in values:  # Hydra's second step (ConfigLoaderImpl._apply_overrides_to_config), these forms
-            key, value = o.key_or_group, o.value()
-            if o.is_add() and OmegaConf.select(cfg, key, throw_on_missing=False) is not None:
-                if not isinstance(value, (dict, list)):  # "+key" over a present key: Hydra refuses
-                    return copy.deepcopy(_composed(*whole))
-            OmegaConf.update(cfg, key, value, merge=True, force_add=o.is_add() or o.is_force_add())
-    except OmegaConfBaseException:  # refused: Hydra's compose raises its own error
-        return copy.deepcopy(_composed(*whole))
+    try:  # Hydra's second step, Hydra's own function
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+    except OmegaConfBaseException as e:  # as Hydra's load_configuration raises it
+        raise ConfigCompositionException().with_traceback(sys.exc_info()[2]) from e
     return cfg
 
 

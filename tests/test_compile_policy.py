@@ -128,26 +128,28 @@ def test_eager_fallback_reraises_the_models_own_errors():
 
 def test_tiny_runs_do_not_compile(tmp_path, monkeypatch):
     """The tests' runs (debug=tiny, 6 steps) stay eager under the default auto, SSA included."""
+    from ssa_repro.training.run_state import TrainingRun
     from ssa_repro.training.trainer import build
 
     monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled a tiny run"))
     cfg = make_cfg("scorer=ssa", "evaluation.enabled=false")
     assert cfg.train.compile == "auto"
-    assert not build(cfg, tmp_path / "r").compiled
+    assert not build(TrainingRun(cfg, tmp_path / "r")).compiled
 
 
 def test_auto_compiles_a_long_ssa_run_in_the_trainer(tmp_path, monkeypatch):
     """auto reaches torch.compile from the trainer for a long CPU SSA run, and not for a wide one (a spy
     that returns the model uncompiled; only the start is built, no step is trained)."""
+    from ssa_repro.training.run_state import TrainingRun
     from ssa_repro.training.trainer import build
 
     calls = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw) or fn)
     cfg = make_cfg("scorer=ssa", "evaluation.enabled=false", f"train.steps={CPU_STEPS}")
-    s = build(cfg, tmp_path / "r")
+    s = build(TrainingRun(cfg, tmp_path / "r"))
     assert calls == [{"mode": None}] and s.compiled
     cfg = make_cfg("scorer=ssa", "evaluation.enabled=false", f"train.steps={CPU_STEPS}", "model.n_embd=256")
-    assert not build(cfg, tmp_path / "wide").compiled and len(calls) == 1
+    assert not build(TrainingRun(cfg, tmp_path / "wide")).compiled and len(calls) == 1
 
 
 @pytest.mark.slow

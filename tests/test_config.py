@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from ssa_repro.cli.arguments import config_groups
-from ssa_repro.jobs.prepared import prepare as check_run
+from ssa_repro.jobs.prepared import PreparedRun as check_run
 from ssa_repro.jobs.prepared import problems
 from ssa_repro.models import MODELS
 from ssa_repro.scorers import SCORERS
@@ -402,6 +402,8 @@ TRICKY = [
     ["model=encoder", "task=mlm", "model.pos=rope"],  # a value key under a group's name
     ["model=encoder", "task=mlm", "+model.pos=rope"],  # an add over an existing key: refused alike
     ["scorer=ssa_n2", "scorer.n_init=1.5"],  # a preset, then its value
+    ["scorer=ssa", "~train.keep_at", "seed=2"],  # a deletion among values (Hydra's own second step)
+    ["~train.keep_at=[1]"],  # a deletion whose value differs: refused alike
 ]
 
 

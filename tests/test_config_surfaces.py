@@ -16,7 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ssa_repro.jobs.prepared import prepare as check_run
+from ssa_repro.jobs.prepared import PreparedRun as check_run
 from ssa_repro.jobs.prepared import problems
 from ssa_repro.scorers import SCORERS, build_scorer
 from ssa_repro.tasks import TASKS, build_task

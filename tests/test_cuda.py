@@ -402,7 +402,7 @@ def test_a_batch_drawn_for_cuda_holds_the_cpu_draws_values():
     """draw_batch to CUDA (pinned, non-blocking copies) gives the CPU draw's values, on the GPU; an
     ensemble's stacked leaves likewise."""
     from ssa_repro.tasks import build_task, curriculum
-    from ssa_repro.training.ensemble import stack_batches
+    from ssa_repro.training.stacking import stack_batches
     from ssa_repro.training.trainer import draw_batch
 
     cfg = make_cfg("task=linear")

@@ -16,7 +16,7 @@ import torch
 
 from ssa_repro.core.rundir import RunDir
 from ssa_repro.jobs import train_job
-from ssa_repro.jobs.prepared import prepare
+from ssa_repro.jobs.prepared import PreparedRun
 from ssa_repro.training import ensemble, run_state, trainer
 from ssa_repro.training.checkpointer import TrainingDiverged
 from ssa_repro.training.metrics_log import read_metrics
@@ -129,8 +129,8 @@ def test_ensemble_folders_evaluate_and_resume_like_separate_runs(tmp_path):
     assert '"seeds": [\n        0,\n        1\n      ]' in provenance or '"seeds": [0, 1]' in provenance
     # the separate trainer sees a finished run; the end-of-run evaluation reads it as a separate one
     assert run_state.prepare(runs[1], ens).finished["steps"] == 6
-    got = train_job.evaluate_after_training(prepare(runs[1], ens), RunDir(ens).summary())
-    want = train_job.evaluate_after_training(prepare(runs[1], sep), RunDir(sep).summary())
+    got = train_job.evaluate_after_training(PreparedRun(runs[1], ens), RunDir(ens).summary())
+    want = train_job.evaluate_after_training(PreparedRun(runs[1], sep), RunDir(sep).summary())
     a, b = got["evaluations"]["quick"], want["evaluations"]["quick"]
     assert a["protocol_id"] == b["protocol_id"]
     assert a["in_distribution"] == pytest.approx(b["in_distribution"], rel=1e-4)

@@ -62,7 +62,7 @@ def test_name_problems_stop_train_before_work(tmp_path):
     found = prepared.problems(cfg)
     assert [p.split("=")[0] for p in found] == ["logger.tags[0]", "logger.project"], found
     with pytest.raises(prepared.ConfigError):
-        prepared.prepare(cfg, tmp_path / "run")
+        prepared.PreparedRun(cfg, tmp_path / "run")
     assert not (tmp_path / "run").exists()
     assert prepared.problems(make_cfg("logger.mode=disabled", "logger.project=team/project")) == []
 

@@ -28,10 +28,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from omegaconf import DictConfig, open_dict, read_write
 
-from ssa_repro import tracking
 from ssa_repro.core.atomic import write_text
 from ssa_repro.core.rundir import RunDir
-from ssa_repro.training import ensemble, run_state
+from ssa_repro.jobs import train_job
+from ssa_repro.training import ensemble, run_state, validate
 
 log = logging.getLogger(__name__)
 
@@ -55,15 +55,8 @@ def _job(launcher, idx: int, overrides: Sequence[str]) -> Job:
     cfg = copy.deepcopy(sweep_config)
     with read_write(cfg), open_dict(cfg):
         del cfg["hydra"]
-        # as train_app.main sets them for a multirun job: one W&B group per sweep, overrides as tags
-        if cfg.logger.group is None:
-            cfg.logger.group = Path(str(sweep_config.hydra.sweep.dir)).name
-        tags = [
-            str(o)[: tracking.TAG_LEN]
-            for o in sweep_config.hydra.overrides.task
-            if not str(o).startswith("logger.")
-        ]
-        cfg.logger.tags = list(dict.fromkeys([*cfg.logger.tags, *tags]))
+    # as train_app.main names a multirun job: one W&B group per sweep, overrides as tags
+    train_job.name_sweep_job(cfg, sweep_config.hydra.sweep.dir, sweep_config.hydra.overrides.task)
     return Job(idx, list(overrides), sweep_config, cfg, run_dir)
 
 
@@ -84,6 +77,7 @@ def _trainable(job: Job) -> bool:
     """Whether the ensemble trains this job: not when it is finished or its folder cannot be continued
     (the job itself then skips it, or records why, as under the basic launcher)."""
     try:
+        validate.check(job.cfg)
         return run_state.prepare(job.cfg, job.run_dir).finished is None
     except Exception:  # noqa: BLE001  (the job reports it when it runs)
         return False

@@ -3,15 +3,15 @@
 A :class:`CheckFirst` callback prepares the job in ``on_run_start``, before Hydra creates the run
 folder or writes its ``.hydra/`` (a bad value never creates or touches a folder), and keeps what it
 prepared under the job's ``hydra.run.dir``; the job's main function takes it back with :meth:`take`
-(Hydra's ``HydraConfig`` names the job's folder), so the config is checked and the folder read once
-per command. A multirun's jobs are each checked in ``on_multirun_start`` before the first starts, and
+(Hydra's ``HydraConfig`` names the job's folder) or, where nothing was kept, builds it with the same
+constructor (``CheckFirst.take() or PreparedRun(cfg, run_dir)``), so the config is checked and the
+folder read once per command. A multirun's jobs are each checked in ``on_multirun_start`` before the first starts, and
 prepared by the job itself (:meth:`take` finds nothing kept for them).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from hydra.core.global_hydra import GlobalHydra
@@ -71,11 +71,10 @@ class CheckFirst(Callback):
         return jobs
 
     @staticmethod
-    def take(cfg: DictConfig, prepare: Callable[[DictConfig], Any]) -> Any:
-        """What the callback prepared for this job, or ``prepare(cfg)`` where it prepared nothing (a
-        sweep's job, a test calling main)."""
+    def take() -> Any | None:
+        """What the callback prepared for this job, or None where it prepared nothing (a sweep's job, a
+        test calling main): the job then prepares its config itself, with the same constructor."""
         if not CheckFirst._kept:  # nothing prepared: HydraConfig may hold an earlier in-process app's
-            return prepare(cfg)  # config (its hydra.run.dir need not even resolve), so it is not read
+            return None  # config (its hydra.run.dir need not even resolve), so it is not read
         key = str(HydraConfig.get().run.dir) if HydraConfig.initialized() else None
-        kept = CheckFirst._kept.pop(key, None) if key is not None else None
-        return kept if kept is not None else prepare(cfg)
+        return CheckFirst._kept.pop(key, None) if key is not None else None

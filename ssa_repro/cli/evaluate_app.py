@@ -10,7 +10,6 @@ missing ones computed and stored, figures and summary redrawn from every stored 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,35 +35,34 @@ from ssa_repro.jobs.train_job import log_evaluation
 from ssa_repro.training import distributed
 
 
-@dataclass(frozen=True)
 class Checked:
-    """What the checks read and built: the run folder, its config over the schema and the evaluator
-    (with the run's task). The evaluation goes on with these, so nothing is read or built twice."""
+    """One evaluation, checked before loading the model: ``Checked(cfg)`` reads the run folder, its
+    config over the schema, and builds the evaluator (with the run's task); ``problems`` lists what is
+    wrong (the folder, keys, device, step, the evaluation for this run). The evaluation goes on with
+    these, so nothing is read or built twice, and ``cfg`` is not read again."""
 
-    run: RunDir
-    problems: list[str]
-    run_cfg: DictConfig | None = None
-    evaluator: Evaluator | None = None
-
-
-def check(cfg: DictConfig) -> Checked:
-    """Everything knowable before loading the model: the folder, keys, the evaluation for this run."""
-    run = RunDir(cfg.run_dir)
-    found = run.problems()
-    if found:
-        return Checked(run, found)
-    try:
-        run_cfg = run.config()
-    except RunFolderError as e:
-        return Checked(run, [str(e)])
-    ev, ev_found = runner.build(cfg.eval, run_cfg)
-    found = device_problems(cfg.device) + unknown_keys(cfg) + step_problems(run, cfg.step) + ev_found
-    return Checked(run, found, run_cfg, ev)
+    def __init__(self, cfg: DictConfig):
+        self.run = RunDir(cfg.run_dir)
+        self.name, self.step, self.device = str(cfg.eval.name), cfg.step, cfg.device
+        self.run_cfg: DictConfig | None = None
+        self.evaluator: Evaluator | None = None
+        self.problems: list[str] = self.run.problems()
+        if self.problems:
+            return
+        try:
+            self.run_cfg = self.run.config()
+        except RunFolderError as e:
+            self.problems = [str(e)]
+            return
+        self.evaluator, found = runner.build(cfg.eval, self.run_cfg)
+        self.problems = (
+            device_problems(cfg.device) + unknown_keys(cfg) + step_problems(self.run, cfg.step) + found
+        )
 
 
 def problems(cfg: DictConfig) -> list[str]:
-    """:func:`check`'s problems (a sweep checks every job before the first starts)."""
-    return check(cfg).problems
+    """:class:`Checked`'s problems (a sweep checks every job before the first starts)."""
+    return Checked(cfg).problems
 
 
 def step_problems(run: RunDir, step: int | None) -> list[str]:
@@ -94,11 +92,11 @@ def _fail(found: list[str], run_dir) -> SystemExit:
     return SystemExit("Error: " + "\n  - ".join([f"cannot evaluate {run_dir}:", *found]))
 
 
-def _lock(cfg: DictConfig) -> RunLock:
+def _lock(checked: Checked) -> RunLock:
     """A shared hold on the run folder: evaluations may run side by side, never beside a training."""
     return RunLock(
-        Path(cfg.run_dir),
-        f"evaluate:{cfg.eval.name}",
+        checked.run.path,
+        f"evaluate:{checked.name}",
         shared=True,
         hint="evaluate it once the training has ended",
     ).acquire()
@@ -112,14 +110,14 @@ class CheckRunFirst(CheckFirst):
         return problems(cfg)
 
     def prepare(self, cfg: DictConfig, config: DictConfig) -> Checked:
-        checked = check(cfg)
+        checked = Checked(cfg)
         if checked.problems:
-            raise _fail(checked.problems, cfg.run_dir)
+            raise _fail(checked.problems, checked.run.path)
         try:
-            with atomic.storage_advice(STORAGE_ADVICE.format(run_dir=cfg.run_dir)):
-                self.lock = _lock(cfg)
+            with atomic.storage_advice(STORAGE_ADVICE.format(run_dir=checked.run.path)):
+                self.lock = _lock(checked)
         except Exception as e:  # noqa: BLE001  (Hydra would only warn and run the job: stop here)
-            raise SystemExit(f"Error: cannot evaluate {cfg.run_dir}: {e}") from None
+            raise SystemExit(f"Error: cannot evaluate {checked.run.path}: {e}") from None
         return checked
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -127,19 +125,19 @@ class CheckRunFirst(CheckFirst):
 
 
 def main(cfg: DictConfig) -> dict:
-    checked = CheckFirst.take(cfg, check)  # checked by CheckRunFirst, or here
+    checked = CheckFirst.take() or Checked(cfg)  # checked by CheckRunFirst, or here
     if checked.problems:
-        raise _fail(checked.problems, cfg.run_dir)
+        raise _fail(checked.problems, checked.run.path)
     ev = checked.evaluator
     try:
         with (
-            _lock(cfg),
-            atomic.storage_advice(STORAGE_ADVICE.format(run_dir=cfg.run_dir)),
+            _lock(checked),
+            atomic.storage_advice(STORAGE_ADVICE.format(run_dir=checked.run.path)),
             distributed.exit_quietly_on_interrupt(),
             distributed.PreemptionGuard() as guard,
         ):
-            device = resolve_device(cfg.device)
-            run = load_run(checked.run, device, cfg.step, cfg=checked.run_cfg, task=ev.task)
+            device = resolve_device(checked.device)
+            run = load_run(checked.run, device, checked.step, cfg=checked.run_cfg, task=ev.task)
             summary = runner.run_evaluator(run, ev, between=guard.check)
             if summary.get("cells_computed"):  # its own W&B run, in the training run's group
                 with tracking.Tracker.for_evaluation(

@@ -2,7 +2,7 @@
 
 Checks first (:class:`ValidateFirst`, a :class:`~ssa_repro.cli.checkfirst.CheckFirst` callback that
 runs before Hydra creates or writes the run folder): the job is prepared once
-(:func:`ssa_repro.jobs.prepared.prepare`: unknown keys, every config value, the end-of-run evaluations
+(:class:`ssa_repro.jobs.prepared.PreparedRun`: unknown keys, every config value, the end-of-run evaluations
 against the config, and whether the folder holds a run this config may continue) under the folder's
 hold, and the job goes on with what was prepared. In a multirun every job is checked before the first
 one starts, the job list is written to ``<sweep dir>/jobs.yaml`` and jobs that would share a folder are
@@ -28,7 +28,7 @@ import hydra
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from ssa_repro import tracking
 from ssa_repro.cli import sweeps
@@ -74,7 +74,7 @@ class ValidateFirst(CheckFirst):
                 self.lock = lock.acquire()
 
         try:
-            return prepared.prepare(cfg, run_dir, hold=hold)
+            return prepared.PreparedRun(cfg, run_dir, hold=hold)
         except Exception as e:  # noqa: BLE001  (FAILURES, and any other: Hydra would only warn)
             self.on_run_end(cfg)  # refused: leave the folder as it was (no holder record)
             raise SystemExit(
@@ -126,17 +126,13 @@ def main(cfg: DictConfig) -> dict:
     if hc.mode != RunMode.MULTIRUN:
         try:
             with distributed.exit_quietly_on_interrupt():
-                job = CheckFirst.take(cfg, lambda c: prepared.prepare(c, run_dir))
+                job = CheckFirst.take() or prepared.PreparedRun(cfg, run_dir)
                 return train_job.run(job)
         except (*train_job.FAILURES, TrainingDiverged) as e:
             log.error("%s", e)
             raise SystemExit(f"Error: {e}") from None
 
-    with open_dict(cfg):
-        if cfg.logger.group is None:  # one W&B group per sweep
-            cfg.logger.group = Path(hc.sweep.dir).name
-        tags = [str(o)[: tracking.TAG_LEN] for o in hc.overrides.task if not str(o).startswith("logger.")]
-        cfg.logger.tags = list(dict.fromkeys([*cfg.logger.tags, *tags]))
+    train_job.name_sweep_job(cfg, hc.sweep.dir, hc.overrides.task)
     failed = RunDir(run_dir).failed_file
     try:
         summary = train_job.run_job(cfg, run_dir)

@@ -1,12 +1,10 @@
-"""A training job prepared once: :func:`prepare` checks the config and reads the run folder, and its
-:class:`PreparedRun` is what every later step of the job goes on with.
+"""A training job prepared once: :class:`PreparedRun` checks the config, reads the run folder and is
+what every later step of the job goes on with.
 
-``python train.py`` (its Hydra callback, before Hydra creates the folder), a sweep, the study engine
-and the tests prepare a job through :func:`prepare` and hand the result to
-:func:`ssa_repro.jobs.train_job.run_job`, which trains (``training.trainer.train`` with the folder's
-state read here) and then runs the end-of-run evaluations listed here: nothing is checked, composed or
-read from the folder twice. A seed ensemble (``training.ensemble``) reads each member's folder with the
-same ``run_state.prepare``.
+``python train.py`` (its Hydra callback, before Hydra creates the folder), a sweep's job, the study
+engine, the seed ensemble and the tests build a ``PreparedRun(cfg, run_dir)`` and hand it on:
+:func:`ssa_repro.jobs.train_job.run` trains (``training.trainer.train_prepared``) and then runs the
+end-of-run evaluations listed here: nothing is checked, composed or read from the folder twice.
 """
 
 from __future__ import annotations
@@ -15,30 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ssa_repro import tracking
-from ssa_repro.core.rundir import resolve_device
 from ssa_repro.evaluation import EVALUATORS, runner
 from ssa_repro.evaluation.runner import QuickConfig
 from ssa_repro.jobs.keys import unknown_keys
 from ssa_repro.training import distributed, memory, run_state, validate
 from ssa_repro.training.validate import ConfigError
 
-__all__ = ["ConfigError", "PreparedRun", "end_of_run_evals", "prepare", "problems"]
-
-
-@dataclass(frozen=True)
-class PreparedRun:
-    """One training job, checked: its config (read-only from here on), run folder, device, what the
-    folder holds (new, resume, finished) and the end-of-run evaluation configs."""
-
-    cfg: DictConfig
-    run_dir: Path
-    device: torch.device
-    state: run_state.RunState
-    evaluations: tuple[DictConfig, ...]
+__all__ = ["ConfigError", "PreparedRun", "end_of_run_evals", "problems"]
 
 
 def end_of_run_evals(cfg: DictConfig) -> list[DictConfig]:
@@ -71,17 +55,23 @@ def problems(cfg: DictConfig) -> list[str]:
     return found
 
 
-def prepare(cfg: DictConfig, run_dir: str | Path, hold: Callable[[], object] | None = None) -> PreparedRun:
-    """:func:`problems` as one ConfigError naming them all, then ``hold()`` (where the caller takes the
-    folder's lock: a bad config never creates a folder), then the run folder's state
-    (``run_state.prepare``: writes nothing). The config is made read-only: what was checked is what
-    runs."""
-    found = problems(cfg)
-    if found:
-        raise ConfigError("invalid config:\n  - " + "\n  - ".join(found))
-    if hold is not None:
-        hold()
-    state = run_state.prepare(cfg, run_dir)
-    evaluations = tuple(end_of_run_evals(cfg))
-    OmegaConf.set_readonly(cfg, True)
-    return PreparedRun(cfg, Path(run_dir), resolve_device(cfg.device), state, evaluations)
+@dataclass(frozen=True, init=False)
+class PreparedRun(run_state.TrainingRun):
+    """One training job, checked once: ``PreparedRun(cfg, run_dir)`` runs :func:`problems` (one
+    ConfigError naming them all), then ``hold()`` (where the caller takes the folder's lock: a bad
+    config never creates a folder), then reads the run folder (``run_state.TrainingRun``: writes
+    nothing), and makes the config read-only: what was checked is what runs. What every later step
+    takes: the :class:`~ssa_repro.training.run_state.TrainingRun` the trainer trains (config, plain
+    values, name, folder, device, what the folder holds) and the end-of-run evaluation configs."""
+
+    evaluations: tuple[DictConfig, ...]
+
+    def __init__(self, cfg: DictConfig, run_dir: str | Path, hold: Callable[[], object] | None = None):
+        found = problems(cfg)
+        if found:
+            raise ConfigError("invalid config:\n  - " + "\n  - ".join(found))
+        if hold is not None:
+            hold()
+        super().__init__(cfg, run_dir, checked=True)
+        object.__setattr__(self, "evaluations", tuple(end_of_run_evals(cfg)))
+        OmegaConf.set_readonly(cfg, True)

@@ -2,8 +2,8 @@
 sweep's job), the study engine and the tests.
 
 :func:`run` takes a :class:`~ssa_repro.jobs.prepared.PreparedRun`: it holds the run folder (one
-writer), trains (``training.trainer.train``, which resumes or skips a finished run with the state
-read by ``prepare``), then runs the end-of-run evaluations on the saved run, loaded as ``evaluate.py``
+writer), trains (``training.trainer.train_run``, which resumes or skips a finished run with the state
+read by ``PreparedRun``), then runs the end-of-run evaluations on the saved run, loaded as ``evaluate.py``
 loads it and stored like its results (``<run_dir>/eval/<evaluation>/<protocol>/``); their headline
 numbers go into ``summary.json``. Each evaluation is logged to the job's W&B run, or to its own when a
 finished run is evaluated anew. :func:`run_job` prepares a config under the folder's hold and runs it.
@@ -15,20 +15,20 @@ import json
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from ssa_repro import tracking
 from ssa_repro.core.atomic import ConfigFileError, StorageError, write_json
 from ssa_repro.core.checkpoint import CheckpointError
-from ssa_repro.core.rundir import RunDir, plain
+from ssa_repro.core.rundir import RunDir
 from ssa_repro.core.runlock import RunLock, RunLocked
 from ssa_repro.data.paths import CorpusError
 from ssa_repro.evaluation import runner
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.store import StoreError
-from ssa_repro.jobs.prepared import PreparedRun, prepare
+from ssa_repro.jobs.prepared import PreparedRun
 from ssa_repro.training import distributed
-from ssa_repro.training.trainer import run_name, train
+from ssa_repro.training.trainer import train_run
 from ssa_repro.training.validate import ConfigError
 
 log = logging.getLogger("ssa_repro.train")
@@ -85,9 +85,7 @@ def evaluate_after_training(job: PreparedRun, summary: dict, tracker=None, guard
         if tracker is not None and tracker.active:
             log_evaluation(tracker, result, e.name)
         elif result.get("cells_computed"):  # a finished run evaluated anew: its own eval run
-            with tracking.Tracker.for_evaluation(
-                job.run_dir, plain(job.cfg), result["protocol"], e.name
-            ) as ev:
+            with tracking.Tracker.for_evaluation(job.run_dir, job.config, result["protocol"], e.name) as ev:
                 log_evaluation(ev, result, e.name)
     updated = {**summary, "evaluations": results}
     if updated != summary:
@@ -105,10 +103,8 @@ def run(job: PreparedRun) -> dict:
     with distributed.PreemptionGuard() as guard:
         try:
             if main and job.state.finished is None:
-                tracker = tracking.Tracker.for_training(
-                    job.cfg.logger, job.run_dir, plain(job.cfg), run_name(job.cfg)
-                )
-            summary = train(job.cfg, job.run_dir, tracker=tracker, guard=guard, prepared=job.state)
+                tracker = tracking.Tracker.for_training(job.cfg.logger, job.run_dir, job.config, job.name)
+            summary = train_run(job, tracker=tracker, guard=guard)
             if main:
                 guard.check()  # a signal that came as training ended: do not start the evaluation
                 lock.downgrade("train+evaluate")
@@ -121,12 +117,24 @@ def run(job: PreparedRun) -> dict:
                 lock.release()
 
 
+def name_sweep_job(cfg: DictConfig, sweep_dir: str | Path, overrides) -> None:
+    """A sweep's job in W&B: one group per sweep (the sweep folder's name, unless ``logger.group``
+    names one), the job's overrides (``logger.*`` aside) as tags. Set on ``cfg`` before it is
+    prepared (``train.py``'s multirun jobs and the seed ensemble's)."""
+    with open_dict(cfg):
+        if cfg.logger.group is None:
+            cfg.logger.group = Path(str(sweep_dir)).name
+        tags = [str(o)[: tracking.TAG_LEN] for o in overrides if not str(o).startswith("logger.")]
+        cfg.logger.tags = list(dict.fromkeys([*cfg.logger.tags, *tags]))
+
+
 def run_job(cfg: DictConfig, run_dir: str | Path) -> dict:
     """Prepare ``cfg`` for ``run_dir`` (the folder read under its hold, once checked) and :func:`run`
     it."""
     lock = RunLock(Path(run_dir), "train") if distributed.rank() == 0 else None
     try:
-        return run(prepare(cfg, run_dir, hold=lock.acquire if lock is not None else None))
+        job = PreparedRun(cfg, run_dir, hold=lock.acquire if lock is not None else None)
+        return run(job)
     finally:
         if lock is not None:
             lock.release()

@@ -12,11 +12,9 @@ what its separate run (``trainer.train``) would be:
   (``torch.func.stack_module_state``); its update is elementwise, so slice k follows its separate run's
   update; the learning rate is the schedule's, the same for all seeds; gradient clipping
   (``train.grad_clip``) takes each seed's own global norm ‖g_k‖ = (Σ_p ‖g_{k,p}‖²)^½;
-- **the forward and the loss** of all seeds are one call: ``functional_call`` of one skeleton module
-  with the stacked parameters, under ``vmap`` over the seed dimension (each matmul becomes a batched
-  matmul over K weight matrices: a batched-weights model without a second model implementation).
-  Loss of seed k = ``task.training_loss`` of its own batch; the backward of Σ_k loss_k gives each seed
-  its own gradient, as the seeds share nothing;
+- **the forward and the loss** of all seeds are one call under ``vmap`` over the seed dimension
+  (``stacking.py``: one skeleton module with the stacked parameters); the backward of Σ_k loss_k
+  gives each seed its own gradient, as the seeds share nothing;
 - **its run folder**, written as the separate run writes it (one file log per seed): config.yaml,
   provenance.json (with ``ensemble``: the seeds trained together), train.log, metrics.jsonl,
   checkpoints in the separate run's format (its model and optimizer state dicts, prompt generator and
@@ -28,7 +26,7 @@ whose fused training path cannot run under ``vmap`` (SSA's ``SSAWeights`` autogr
 vmap rule) trains through its plain path (``model.attn_impl=eager``, the same function); one that has
 no such path (sparsemax, entmax: autograd.Functions in the scorer itself) or a task whose batches
 cannot be stacked (the masked LM: each draw is padded to its own length) is refused before any work
-(:func:`stack_problem`, found by trying). Keys defined from the seed (the LM's ``task.shuffle_seed:
+(``stacking.stack_problem``, found by trying). Keys defined from the seed (the LM's ``task.shuffle_seed:
 ${seed}``) follow each seed: every seed has its own task object and draws through it.
 
 A seed whose loss or weights become non-finite is stopped alone, with the separate run's message
@@ -40,9 +38,6 @@ stacks). SIGINT/SIGTERM save every seed after the step in flight, as the trainer
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import json
 import logging
 import time
 import warnings
@@ -50,42 +45,49 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
-from torch.func import functional_call, stack_module_state, vmap
-from torch.utils import _pytree as pytree
+from omegaconf import DictConfig
+from torch.func import stack_module_state
 
 from ssa_repro import tracking
 from ssa_repro.core.enums import value_of
-from ssa_repro.core.rundir import RunDir, plain, resolve_device
+from ssa_repro.core.rundir import RunDir, resolve_device
 from ssa_repro.core.runlock import RunLock
 from ssa_repro.models import build_model, count_parameters
 from ssa_repro.tasks import curriculum
-from ssa_repro.training import distributed, memory, run_state
+from ssa_repro.training import distributed, memory
 from ssa_repro.training.checkpointer import Checkpointer, LossWindow, TrainingDiverged
 from ssa_repro.training.metrics_log import MetricsLog
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
+from ssa_repro.training.run_state import TrainingRun
 from ssa_repro.training.setup import micro_batch_index
+from ssa_repro.training.stacking import (
+    FALLBACK,
+    SDPA_CPU_LOOP,
+    clip_per_seed,
+    group_key,
+    rng_kept,
+    skeleton_cfg,
+    stack_batches,
+    stack_problem,
+    stacked_opt_state,
+    unstack,
+    vmapped_loss,
+)
 from ssa_repro.training.trainer import (
     DRAW_DEVICE,
     draw_batch,
     finish,
-    host_to,
     init_model,
     log_progress,
     log_row,
     metrics_row,
     prompt_generator,
-    run_name,
     start_files,
 )
 from ssa_repro.training.validate import ConfigError
 
 log = logging.getLogger("ssa_repro.train")
 
-FALLBACK = "hydra/launcher=basic (one job after another) or hydra/launcher=joblib (parallel processes)"
-FREE_KEYS = ("seed", "logger")  # what may differ between the seeds of one ensemble
-# PyTorch's warning that vmap runs CPU SDPA seed by seed (no batching rule; measured no slower here)
-SDPA_CPU_LOOP = "There is a performance drop because we have not yet implemented the batching rule"
 MEMORY_SHARE = 0.8  # of the free device memory, for the seeds of one ensemble (the estimate is rough)
 
 
@@ -93,23 +95,15 @@ class EnsembleRefused(ConfigError):
     """These jobs cannot train as one stacked model; the message names why and the fallback."""
 
 
-def group_key(cfg: DictConfig) -> str:
-    """What jobs of one ensemble share: the whole config but ``seed`` and ``logger``, unresolved, so a
-    key defined from the seed (the LM's ``task.shuffle_seed: ${seed}``) follows each job's seed."""
-    d = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
-    return json.dumps({k: v for k, v in d.items() if k not in FREE_KEYS}, sort_keys=True, default=str)
-
-
 # ------------------------------------------------------------------ one seed
 @dataclass
 class Member:
-    """One seed of an ensemble: its config, folder, state on disk, and (once built) the separate run's
-    objects: model (initial weights; the stacked slice is copied back into it to save), optimizer
-    (the format of its state dict), prompt generator, loss window, checkpointer, logger."""
+    """One seed of an ensemble: its checked run (config, folder, state on disk, plain values, name:
+    the separate run's :class:`~ssa_repro.training.run_state.TrainingRun`), and (once built) the
+    separate run's objects: model (initial weights; the stacked slice is copied back into it to save),
+    optimizer (the format of its state dict), prompt generator, loss window, checkpointer, logger."""
 
-    cfg: DictConfig
-    run_dir: Path
-    prepared: run_state.RunState | None = None
+    run: TrainingRun
     index: int = 0
     task: object = None
     model: torch.nn.Module | None = None
@@ -117,7 +111,6 @@ class Member:
     gen: torch.Generator | None = None
     window: LossWindow | None = None
     ckpt: Checkpointer | None = None
-    config: dict | None = None  # cfg as plain values (rundir.plain), converted once
     rng: dict = field(default_factory=dict)  # the global generators' states its separate run holds
     metrics: MetricsLog | None = None
     logger: logging.Logger | None = None
@@ -129,6 +122,14 @@ class Member:
     @property
     def active(self) -> bool:
         return self.error is None
+
+    @property
+    def cfg(self) -> DictConfig:
+        return self.run.cfg
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.run_dir
 
 
 def _build_member(m: Member, device, window: torch.Tensor) -> None:
@@ -144,124 +145,9 @@ def _build_member(m: Member, device, window: torch.Tensor) -> None:
     m.gen = prompt_generator(m.cfg.seed)
     m.window = LossWindow(tr.log_interval, device, values=window)
     dd = distributed.Dist()
-    m.config = plain(m.cfg)  # converted once (config.yaml, checkpoints, W&B)
     m.ckpt = Checkpointer(
-        RunDir(m.run_dir), m.model, m.opt, m.gen, device, dd, m.config, tr.keep_every, tr.keep_at
+        RunDir(m.run_dir), m.model, m.opt, m.gen, device, dd, m.run.config, tr.keep_every, tr.keep_at
     )
-
-
-# ------------------------------------------------------------------ batches as stacked tensors
-def _flatten(batch) -> tuple[list, object]:
-    """A task's batch (a dataclass of tensors, dicts of tensors, None) -> (leaves, spec)."""
-    fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
-    return pytree.tree_flatten(fields)
-
-
-def stack_batches(batches: list, device) -> tuple[list[torch.Tensor], tuple, type]:
-    """K batches of one kind -> ([K, ...] tensors, layout, kind): every tensor leaf stacked over the
-    seeds; a leaf that is not a tensor (a field left None) must be the same in every batch and is kept
-    in ``layout`` = (spec, which leaves are tensors, the other leaves)."""
-    flat = [_flatten(b) for b in batches]
-    cols = list(zip(*(f[0] for f in flat)))
-    is_tensor = tuple(isinstance(c[0], torch.Tensor) for c in cols)
-    for t, c in zip(is_tensor, cols):
-        if not t and any(x is not c[0] and x != c[0] for x in c):
-            raise ValueError(f"a batch field differs between seeds and is not a tensor: {c}")
-    consts = tuple(None if t else c[0] for t, c in zip(is_tensor, cols))
-    leaves = [host_to(torch.stack(c), device) for t, c in zip(is_tensor, cols) if t]  # CUDA: not blocking
-    return leaves, (flat[0][1], is_tensor, consts), type(batches[0])
-
-
-def _vmapped_loss(skeleton: torch.nn.Module, task, layout: tuple, kind):
-    """(params {name: [K, ...]}, buffers, *leaves [K, ...]) -> losses [K]: task.training_loss of each
-    seed's batch through the skeleton with that seed's weights."""
-    spec, is_tensor, consts = layout
-
-    def one(params, buffers, *leaves):
-        given = iter(leaves)
-        values = [next(given) if t else c for t, c in zip(is_tensor, consts)]
-        batch = kind(**pytree.tree_unflatten(values, spec))
-
-        def forward(*args, **kw):
-            return functional_call(skeleton, (params, buffers), args, kw)
-
-        return task.training_loss(forward, batch)
-
-    return vmap(one)
-
-
-def clip_per_seed(grads: list[torch.Tensor], max_norm: float) -> None:
-    """``clip_grad_norm_`` for each seed k of stacked gradients [K, ...]: g_k ← g_k·min(1, c/(‖g_k‖ +
-    1e-6)), ‖g_k‖ the 2-norm over all of seed k's parameters (torch's formula, per seed)."""
-    norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads], dim=1)  # [K, P]
-    coef = (max_norm / (torch.linalg.vector_norm(norms, dim=1) + 1e-6)).clamp(max=1.0)  # [K]
-    for g in grads:
-        g.mul_(coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype))
-
-
-# ------------------------------------------------------------------ what can be stacked
-def _skeleton_cfg(cfg: DictConfig, impl: str) -> DictConfig:
-    out = OmegaConf.create(plain(cfg))
-    with open_dict(out):
-        out.model.attn_impl = impl
-    return out
-
-
-_PROBED: dict[str, tuple[str | None, str]] = {}
-
-
-def stack_problem(cfg: DictConfig) -> tuple[str | None, str]:
-    """(why ``cfg``'s seeds cannot train stacked or None, the attention path they train through):
-    one vmapped forward and backward of two seeds on a batch of two, through the configured path,
-    else the plain one (``eager``). Found by trying: an autograd.Function without a vmap rule, or a
-    loss that selects by value, fails here. Cached per config (seed aside)."""
-    key = group_key(cfg)
-    if key in _PROBED:
-        return _PROBED[key]
-    configured = str(value_of(cfg.model.attn_impl))
-    first = None
-    # the configured path first (softmax: SDPA, batched natively on CUDA; on CPU vmap loops over the
-    # seeds inside it, measured no slower than the plain path), else the plain one
-    for impl in dict.fromkeys([configured, "eager"]):
-        try:
-            _probe(_skeleton_cfg(cfg, impl))
-            _PROBED[key] = (None, impl)
-            return _PROBED[key]
-        except Exception as e:  # noqa: BLE001  (any failure under vmap means: not this path)
-            first = first or f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
-    why = (
-        f"scorer={cfg.scorer.name} with task={cfg.task.name} cannot be trained as a seed ensemble "
-        f"(torch.func.vmap over the model and loss fails: {first}); run these jobs with {FALLBACK}"
-    )
-    _PROBED[key] = (why, configured)
-    return _PROBED[key]
-
-
-def _probe(cfg: DictConfig) -> None:
-    device = resolve_device(cfg.device)  # the kernels the ensemble will run (CUDA's differ from CPU's)
-    with _rng_kept():
-        task, a = init_model(cfg, device)
-        b = build_model(cfg.model, cfg.scorer).to(device)
-    stage = curriculum.stage(cfg.curriculum, 0)
-    gen = torch.Generator().manual_seed(0)
-    batches = [task.train_batch(i, 2, stage, gen, DRAW_DEVICE) for i in range(2)]
-    leaves, layout, kind = stack_batches(batches, device)
-    params, buffers = stack_module_state([a, b])
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=SDPA_CPU_LOOP)
-        losses = _vmapped_loss(a, task, layout, kind)(params, buffers, *leaves)
-        losses.sum().backward()
-    if not all(p.grad is not None and p.grad.shape == p.shape for p in params.values() if p.requires_grad):
-        raise RuntimeError("the stacked parameters got no gradient of their own shape")
-
-
-@contextlib.contextmanager
-def _rng_kept():
-    state = torch.get_rng_state()
-    try:
-        yield
-    finally:
-        torch.set_rng_state(state)
 
 
 def seeds_that_fit(cfg: DictConfig, device=None, share: float = MEMORY_SHARE) -> int:
@@ -307,12 +193,11 @@ def check(cfgs: list[DictConfig], run_dirs: list) -> None:
 def train_ensemble(cfgs: list[DictConfig], run_dirs: list, guard=None) -> list:
     """Train the seeds of ``cfgs`` (equal but for seed) in ``run_dirs`` as one stacked model; return,
     per seed, its summary (trained, or skipped as finished) or the :class:`TrainingDiverged` that
-    stopped it. Checks every config and folder before any work (``run_state.prepare``); holds each
+    stopped it. Checks every config and folder before any work (``run_state.TrainingRun``); holds each
     folder's lock while training. ``guard``: a ``distributed.PreemptionGuard`` (signals save every seed
     after the step in flight, then are handed on)."""
-    members = [Member(c, Path(d), index=i) for i, (c, d) in enumerate(zip(cfgs, run_dirs))]
-    for m in members:  # every config value and folder first (reads only), then the ensemble's own checks
-        m.prepared = run_state.prepare(m.cfg, m.run_dir)
+    # every config value and folder first (reads only), then the ensemble's own checks
+    members = [Member(TrainingRun(c, d), index=i) for i, (c, d) in enumerate(zip(cfgs, run_dirs))]
     check(cfgs, run_dirs)
     locks = []
     own_guard = guard is None
@@ -322,11 +207,11 @@ def train_ensemble(cfgs: list[DictConfig], run_dirs: list, guard=None) -> list:
             locks.append(RunLock(m.run_dir, "train").acquire())
         todo = []
         for m in members:
-            if m.prepared.finished is not None:
-                log.info("%s: skipped (finished): %s", run_name(m.cfg), m.run_dir)
-                m.summary = m.prepared.finished
+            if m.run.state.finished is not None:
+                log.info("%s: skipped (finished): %s", m.run.name, m.run_dir)
+                m.summary = m.run.state.finished
             else:
-                m.start = int(m.prepared.checkpoint["step"]) if m.prepared.checkpoint else 0
+                m.start = int(m.run.state.checkpoint["step"]) if m.run.state.checkpoint else 0
                 todo.append(m)
         for start in sorted({m.start for m in todo}):  # seeds at one step train together
             _train_stack([m for m in todo if m.start == start], guard)
@@ -344,10 +229,10 @@ def _train_stack(members: list[Member], guard) -> None:
     tr, device = cfg.train, resolve_device(cfg.device)
     _, impl = stack_problem(cfg)
     windows = torch.zeros(k, tr.log_interval, device=device)  # [K, log_interval]: row k is seed k's
-    with _rng_kept():
+    with rng_kept():
         for i, m in enumerate(members):
             _build_member(m, device, windows[i])
-        skeleton = build_model(_skeleton_cfg(cfg, impl).model, cfg.scorer).to(device)  # weights unused
+        skeleton = build_model(skeleton_cfg(cfg, impl).model, cfg.scorer).to(device)  # weights unused
     seeds = [int(m.cfg.seed) for m in members]
     extra = {"ensemble": {"seeds": seeds, "attn_impl": impl}}
     try:
@@ -355,8 +240,8 @@ def _train_stack(members: list[Member], guard) -> None:
             _start_member(m, device, extra)
         params, buffers = stack_module_state([m.model for m in members])  # {name: [K, ...]}
         opt = build_optimizer(skeleton, tr, params)
-        if members[0].prepared.checkpoint:
-            opt.load_state_dict(_stacked_opt_state([m.opt for m in members]))
+        if members[0].run.state.checkpoint:
+            opt.load_state_dict(stacked_opt_state([m.opt for m in members]))
         has_stats = bool(skeleton.scorer_stats())
         autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=value_of(tr.precision) == "bf16")
         step = members[0].start
@@ -383,7 +268,7 @@ def _train_stack(members: list[Member], guard) -> None:
                 ]
                 leaves, layout, kind = stack_batches(batches, device)
                 if layout not in loss_fns:
-                    loss_fns[layout] = _vmapped_loss(skeleton, members[0].task, layout, kind)
+                    loss_fns[layout] = vmapped_loss(skeleton, members[0].task, layout, kind)
                 with autocast, warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message=SDPA_CPU_LOOP)  # said in docs/sweeps.md
                     losses = loss_fns[layout](params, buffers, *leaves) / tr.grad_accum  # [K]
@@ -401,7 +286,7 @@ def _train_stack(members: list[Member], guard) -> None:
             done = step == tr.steps
             if step % tr.log_interval == 0 or done:  # rows at the separate run's steps
                 if has_stats:  # the scorer's b and n are read from each seed's own module
-                    _unstack(members, params, buffers)
+                    unstack([m.model for m in members], params, buffers)
                 seconds, lr = time.perf_counter() - t_window, opt.param_groups[0]["lr"]
                 for m in members:
                     _log_interval(m, step, stage.n_points, lr, seconds, step - steps_at_window, t0)
@@ -427,21 +312,21 @@ def _train_stack(members: list[Member], guard) -> None:
 
 def _start_member(m: Member, device, extra: dict) -> None:
     """The separate run's start: old results moved aside, folder files, identity, restore."""
-    state = m.prepared.checkpoint
+    state = m.run.state.checkpoint
     m.logger = logging.getLogger(f"{log.name}.ensemble.{m.index}")
-    if m.prepared.discard:
+    if m.run.state.discard:
         m.logger.warning("old results in %s moved to %s", m.run_dir, RunDir(m.run_dir).discard_results())
-    m.handler = start_files(m.config, m.run_dir, state, device, 1, logger=m.logger, extra=extra)
+    m.handler = start_files(m.run.config, m.run_dir, state, device, 1, logger=m.logger, extra=extra)
     m.ckpt.run_id = RunDir(m.run_dir).adopt_identity(state.get("run_id") if state else None)
     if state:
-        with _rng_kept():
+        with rng_kept():
             m.start = m.ckpt.restore(state, m.window)
         m.rng = {k: v for k, v in state["rng"].items() if k in ("torch", "cuda") and v is not None}
     m.metrics = MetricsLog(RunDir(m.run_dir).metrics_file)
     m.metrics.truncate(m.start)
     m.logger.info(
         "%s: %s parameters on %s, %d steps%s, run folder %s (seed ensemble: %s)",
-        run_name(m.cfg),
+        m.run.name,
         f"{count_parameters(m.model):,}",
         device,
         m.cfg.train.steps,
@@ -449,33 +334,6 @@ def _start_member(m: Member, device, extra: dict) -> None:
         m.run_dir,
         extra["ensemble"]["seeds"],
     )
-
-
-def _stacked_opt_state(opts: list[torch.optim.Optimizer]) -> dict:
-    """The stacked optimizer's state dict from K separate ones (moments stacked, the step shared)."""
-    sds = [o.state_dict() for o in opts]
-    state = {
-        i: {n: v if n == "step" else torch.stack([sd["state"][i][n] for sd in sds]) for n, v in st.items()}
-        for i, st in sds[0]["state"].items()
-    }
-    return {"state": state, "param_groups": sds[0]["param_groups"]}
-
-
-def _unstack(members: list[Member], params: dict, buffers: dict, opt=None) -> None:
-    """Copy each seed's slice back into its own module (and optimizer): what its checkpoint saves."""
-    with torch.no_grad():
-        for i, m in enumerate(members):
-            for name, t in [*m.model.named_parameters(), *m.model.named_buffers()]:
-                t.copy_((params[name] if name in params else buffers[name])[i])
-    if opt is None:
-        return
-    sd = opt.state_dict()
-    for i, m in enumerate(members):
-        state = {
-            j: {n: v.clone() if n == "step" else v[i].clone() for n, v in st.items()}
-            for j, st in sd["state"].items()
-        }
-        m.opt.load_state_dict({"state": state, "param_groups": sd["param_groups"]})
 
 
 def _diverged(m: Member, e: TrainingDiverged) -> None:
@@ -500,7 +358,7 @@ def _log_interval(m: Member, step: int, n: int, lr: float, seconds: float, steps
 
 def _save(members: list[Member], params: dict, buffers: dict, opt, step: int) -> None:
     """Each live seed's checkpoint, in its separate run's format (refused if non-finite: stopped)."""
-    _unstack(members, params, buffers, opt)
+    unstack([m.model for m in members], params, buffers, opt, [m.opt for m in members])
     for m in members:
         if m.active:
             try:
@@ -512,7 +370,7 @@ def _save(members: list[Member], params: dict, buffers: dict, opt, step: int) ->
 def _end_member(m: Member, step: int, seconds: float, k: int, device) -> None:
     """summary.json (a live seed) and the W&B run, written from metrics.jsonl: wandb holds one open
     run per process, so the seeds' runs are made one after another once training ends."""
-    tracker = tracking.Tracker.for_training(m.cfg.logger, m.run_dir, m.config, run_name(m.cfg))
+    tracker = tracking.Tracker.for_training(m.cfg.logger, m.run_dir, m.run.config, m.run.name)
     try:
         tr = m.cfg.train
         for row in m.metrics.rows():
@@ -524,7 +382,7 @@ def _end_member(m: Member, step: int, seconds: float, k: int, device) -> None:
                 tracker.log_scorer_params(stats, row["step"])
         if m.active:
             m.summary = finish(
-                m.cfg,
+                m.run.name,
                 m.run_dir,
                 m.model,
                 device,

@@ -1,4 +1,5 @@
-"""What the run folder holds, and what this config may do with it: start, resume, or skip as finished.
+"""What the run folder holds, and what this config may do with it: start, resume, or skip as finished;
+:class:`TrainingRun`, a run checked and read once, is what the trainer takes.
 
 :func:`prepare` reads the folder (it writes nothing) after checking the config's values:
 
@@ -24,6 +25,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ssa_repro.core import checkpoint
@@ -86,9 +88,14 @@ def _finished(cfg: DictConfig, current: dict, run: RunDir, state: dict) -> dict 
     return summary if same else None
 
 
+def run_name(cfg: DictConfig) -> str:
+    """A run's name in logs, W&B and summary.json: task, scorer, model and seed."""
+    return f"{cfg.task.name}-{cfg.scorer.label}-{cfg.model.name}-s{cfg.seed}"
+
+
 def prepare(cfg: DictConfig, run_dir: str | Path) -> RunState:
-    """Every check that can fail before work starts (config values, the folder's state); writes nothing."""
-    validate.check(cfg)
+    """What the folder holds and whether this config (its values checked: ``validate.check``) may
+    start, resume or skip it; every refusal before work starts, and nothing written."""
     run = RunDir(run_dir)
     ckpt_path = run.last_checkpoint
     if not ckpt_path.exists():
@@ -122,3 +129,36 @@ def prepare(cfg: DictConfig, run_dir: str | Path) -> RunState:
         if warning:
             log.warning("%s", warning)
     return RunState(checkpoint=None if finished else state, finished=finished)
+
+
+@dataclass(frozen=True, init=False)
+class TrainingRun:
+    """A training run checked and read once, what the trainer and the seed ensemble take:
+    ``TrainingRun(cfg, run_dir)`` checks the config's values (``validate.check``; ``checked=True``:
+    the caller did) and reads the folder (:func:`prepare`), and holds the config, its plain values
+    (``rundir.plain``, converted once: config.yaml, checkpoints, W&B), the run's name, folder and
+    device, and what the folder holds (new, resume, finished). A job's
+    :class:`~ssa_repro.jobs.prepared.PreparedRun` is one, with the job's own checks and end-of-run
+    evaluations."""
+
+    cfg: DictConfig
+    config: dict
+    name: str
+    run_dir: Path
+    device: torch.device
+    state: RunState
+
+    def __init__(self, cfg: DictConfig, run_dir: str | Path, checked: bool = False):
+        if not checked:  # every bad value reported before anything is read or written
+            validate.check(cfg)
+        state = prepare(cfg, run_dir)
+        fields = {
+            "cfg": cfg,
+            "config": plain(cfg),
+            "name": run_name(cfg),
+            "run_dir": Path(run_dir),
+            "device": resolve_device(cfg.device),
+            "state": state,
+        }
+        for key, value in fields.items():  # (a frozen dataclass sets its fields so)
+            object.__setattr__(self, key, value)

@@ -1,7 +1,8 @@
 """One trainer for every task × model × scorer: fresh prompts each step, curriculum, Adam(W).
 
 ``train(cfg, run_dir)`` trains (or continues, or skips as finished) the configured model in ``run_dir``
-and returns its summary; it is a plain function, so tests and notebooks call it directly. It writes
+and returns its summary; it is a plain function, so tests and notebooks call it directly. A job
+(``ssa_repro/jobs/train_job.py``) hands its checked run to ``train_run``. It writes
 (file names: :class:`ssa_repro.core.rundir.RunDir`):
 
     config.yaml          the resolved config
@@ -11,7 +12,7 @@ and returns its summary; it is a plain function, so tests and notebooks call it 
     checkpoints/last.pt  the whole training state (+ step_XXXXXXX.pt every train.keep_every and at
                          each step of train.keep_at)
     summary.json         final loss, parameter count, steps/s, wall time
-    wandb/               the W&B run (offline by default; ssa_repro/core/tracking.py)
+    wandb/               the W&B run (offline by default; ssa_repro/tracking/)
 
 The evaluation at the end of a job is not the trainer's: ``ssa_repro/jobs/train_job.py`` runs it on
 the saved run, stored like ``python evaluate.py``'s. Resuming, skipping finished runs and refusing
@@ -40,22 +41,19 @@ from torch.utils import _pytree as pytree
 from ssa_repro import tracking
 from ssa_repro.core import atomic, provenance
 from ssa_repro.core.enums import value_of
-from ssa_repro.core.rundir import RunDir, plain, resolve_device
+from ssa_repro.core.rundir import RunDir
 from ssa_repro.models import build_model, count_parameters
 from ssa_repro.tasks import Stage, build_task, curriculum
-from ssa_repro.training import compile_policy, distributed, run_state
+from ssa_repro.training import compile_policy, distributed
 from ssa_repro.training.checkpointer import Checkpointer, LossWindow, TrainingDiverged
 from ssa_repro.training.metrics_log import MetricsLog
 from ssa_repro.training.optim import build_optimizer, lr_at, set_lr
+from ssa_repro.training.run_state import TrainingRun
 from ssa_repro.training.setup import micro_batch_index, rank_data_seed
 
 log = logging.getLogger("ssa_repro.train")
 
 DRAW_DEVICE = torch.device("cpu")  # where training prompts are drawn, whatever the model's device
-
-
-def run_name(cfg) -> str:
-    return f"{cfg.task.name}-{cfg.scorer.label}-{cfg.model.name}-s{cfg.seed}"
 
 
 def start_files(
@@ -133,7 +131,6 @@ class Setup:
     autocast: object
     compiled: bool
     train: DictConfig  # cfg.train
-    config: dict  # the whole config as plain values (rundir.plain), converted once: checkpoints, W&B
 
 
 def init_model(cfg: DictConfig, device) -> tuple[object, torch.nn.Module]:
@@ -205,9 +202,10 @@ def train_step(s: Setup, step: int, stage: Stage) -> torch.Tensor:
     return loss
 
 
-def build(cfg: DictConfig, run_dir: Path) -> Setup:
-    tr = cfg.train
-    device = resolve_device(cfg.device)
+def build(run: TrainingRun) -> Setup:
+    """The objects of ``run``'s start: the process group, task and model (seed ``cfg.seed``'s initial
+    weights), optimizer, prompt generator, loss window, checkpointer, the (compiled) forward."""
+    cfg, tr, device = run.cfg, run.cfg.train, run.device
     dd = distributed.setup(device.type)
     if dd.enabled and device.type == "cuda":
         device = torch.device("cuda", dd.local_rank)
@@ -215,8 +213,9 @@ def build(cfg: DictConfig, run_dir: Path) -> Setup:
     opt = build_optimizer(model, tr)
     gen = prompt_generator(cfg.seed, dd.rank)
     window = LossWindow(tr.log_interval, device)
-    config = plain(cfg)  # converted once (config.yaml, checkpoints, W&B)
-    ckpt = Checkpointer(RunDir(run_dir), model, opt, gen, device, dd, config, tr.keep_every, tr.keep_at)
+    ckpt = Checkpointer(
+        RunDir(run.run_dir), model, opt, gen, device, dd, run.config, tr.keep_every, tr.keep_at
+    )
     ddp = forward = model
     if dd.enabled:  # gradients averaged over ranks; `model` stays the plain module (state_dict, eval)
         ddp = forward = torch.nn.parallel.DistributedDataParallel(
@@ -234,9 +233,7 @@ def build(cfg: DictConfig, run_dir: Path) -> Setup:
     compiled = decision.compile
     # autocast for forward + loss only; weights, gradients and optimizer state stay float32
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=value_of(tr.precision) == "bf16")
-    return Setup(
-        device, dd, task, model, forward, ddp, opt, gen, window, ckpt, autocast, compiled, tr, config
-    )
+    return Setup(device, dd, task, model, forward, ddp, opt, gen, window, ckpt, autocast, compiled, tr)
 
 
 def log_row(
@@ -274,48 +271,24 @@ def metrics_row(row: dict, stats: dict) -> dict:
     return {**row, "scorer": {k: v.cpu().tolist() for k, v in stats.items()}} if stats else row
 
 
-def train(
-    cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None, prepared: run_state.RunState | None = None
-) -> dict:
-    """Train (or continue training) the configured model in ``run_dir``; return the summary. A
-    ``tracker`` (W&B run) or ``guard`` (signal handler) given by the caller is used and left open; so is
-    ``prepared``, the folder's state the caller read (``run_state.prepare``: read here when not given)."""
-    run_dir, tr = Path(run_dir), cfg.train
-    if prepared is None:  # every bad value reported before anything is written
-        prepared = run_state.prepare(cfg, run_dir)
-    if prepared.finished is not None:
-        if distributed.rank() == 0:
-            done, k = prepared.finished, prepared.finished.get("ensemble")
-            # a seed ensemble trained this folder (hydra/launcher=ensemble) before its job runs: say so,
-            # not "skipped", which read as if the job had been left out
-            how = f"trained in a seed ensemble of {k}" if k else "skipped (finished)"
-            log.info("%s: %s: %s holds %d steps", run_name(cfg), how, run_dir, done["steps"])
-        return prepared.finished
-    state = prepared.checkpoint
-    main = distributed.rank() == 0
-    if main and prepared.discard:  # train.discard_old_results=true on a folder without a checkpoint
-        log.warning("old results in %s moved to %s", run_dir, RunDir(run_dir).discard_results())
-    s = build(cfg, run_dir)
-    handler = start_files(s.config, run_dir, state, s.device, s.dd.world) if main else None
-    if main:  # the model's identity: the checkpoint's, the folder's, or new (kept in every checkpoint)
-        s.ckpt.run_id = RunDir(run_dir).adopt_identity(state.get("run_id") if state else None)
-    step = s.ckpt.restore(state, s.window) if state else 0
-    metrics = MetricsLog(RunDir(run_dir).metrics_file)
-    if main:
-        metrics.truncate(step)
-        log.info(
-            "%s: %s parameters on %s, %d steps%s, run folder %s",
-            run_name(cfg),
-            f"{count_parameters(s.model):,}",
-            s.device,
-            tr.steps,
-            f" (resuming at {step})" if state else "",
-            run_dir,
-        )
+def train(cfg: DictConfig, run_dir: str | Path, tracker=None, guard=None) -> dict:
+    """Train (or continue training) the configured model in ``run_dir``; return the summary: the
+    config checked and the folder read (:class:`~ssa_repro.training.run_state.TrainingRun`), then
+    :func:`train_run` (a plain function: tests and notebooks call it directly)."""
+    return train_run(TrainingRun(cfg, run_dir), tracker=tracker, guard=guard)
+
+
+def train_run(run: TrainingRun, tracker=None, guard=None) -> dict:
+    """Train (or continue, or skip as finished) the checked ``run``; return the summary. A ``tracker``
+    (W&B run) or ``guard`` (signal handler) given by the caller is used and left open."""
+    if run.state.finished is not None:
+        return _finished(run)
+    main, tr = distributed.rank() == 0, run.cfg.train
+    s, handler, step, metrics = _start(run, main)
     own_tracker, own_guard = tracker is None, guard is None
     if own_tracker:
         tracker = (
-            tracking.Tracker.for_training(cfg.logger, run_dir, s.config, run_name(cfg))
+            tracking.Tracker.for_training(run.cfg.logger, run.run_dir, run.config, run.name)
             if main
             else tracking.Tracker.off()
         )
@@ -325,22 +298,20 @@ def train(
     try:
         s.model.train()
         while step < tr.steps:
-            stage = curriculum.stage(cfg.curriculum, step)
+            stage = curriculum.stage(run.cfg.curriculum, step)
             set_lr(s.opt, lr_at(tr, step))
             s.window.add(train_step(s, step, stage))
             step += 1
             done = step == tr.steps
             if step % tr.log_interval == 0 or done:  # rows at the same steps after a resume
                 s.window.check(step, s.ckpt.describe_last_good())
-                seconds = time.perf_counter() - t_window
-                lr = s.opt.param_groups[0]["lr"]
                 row = log_row(
                     tr,
                     step,
                     s.window.mean(),
                     stage.n_points,
-                    lr,
-                    seconds,
+                    s.opt.param_groups[0]["lr"],
+                    time.perf_counter() - t_window,
                     step - steps_at_window,
                     t0,
                     s.dd.world,
@@ -363,17 +334,19 @@ def train(
                 if main:
                     log.warning("signal %d: checkpoint saved at step %d", guard.received or 0, step)
                 guard.hand_on()
+        compiled = compile_policy.ran_compiled(s.forward)  # False after a failed compile's fallback
+        seconds = time.perf_counter() - t0
         summary = (
             finish(
-                cfg,
-                run_dir,
+                run.name,
+                run.run_dir,
                 s.model,
                 s.device,
                 s.dd.world,
-                compile_policy.ran_compiled(s.forward),  # False after a failed compile's fallback
+                compiled,
                 metrics,
                 step,
-                time.perf_counter() - t0,
+                seconds,
                 tracker,
             )
             if main
@@ -393,8 +366,47 @@ def train(
         s.dd.close()
 
 
+def _finished(run: TrainingRun) -> dict:
+    """A run this config already finished: said (rank 0), and its summary."""
+    done = run.state.finished
+    if distributed.rank() == 0:
+        # a seed ensemble trained this folder (hydra/launcher=ensemble) before its job runs: say so,
+        # not "skipped", which read as if the job had been left out
+        k = done.get("ensemble")
+        how = f"trained in a seed ensemble of {k}" if k else "skipped (finished)"
+        log.info("%s: %s: %s holds %d steps", run.name, how, run.run_dir, done["steps"])
+    return done
+
+
+def _start(run: TrainingRun, main: bool) -> tuple[Setup, logging.Handler | None, int, MetricsLog]:
+    """A start of ``run``: old results moved aside (``train.discard_old_results``), the objects built,
+    (rank 0) the folder's files and the model's identity, the checkpoint restored; the setup, the log
+    file's handler, the step to go on from and the metrics log (truncated there)."""
+    state, run_dir = run.state.checkpoint, run.run_dir
+    if main and run.state.discard:  # train.discard_old_results=true on a folder without a checkpoint
+        log.warning("old results in %s moved to %s", run_dir, RunDir(run_dir).discard_results())
+    s = build(run)
+    handler = start_files(run.config, run_dir, state, s.device, s.dd.world) if main else None
+    if main:  # the model's identity: the checkpoint's, the folder's, or new (kept in every checkpoint)
+        s.ckpt.run_id = RunDir(run_dir).adopt_identity(state.get("run_id") if state else None)
+    step = s.ckpt.restore(state, s.window) if state else 0
+    metrics = MetricsLog(RunDir(run_dir).metrics_file)
+    if main:
+        metrics.truncate(step)
+        log.info(
+            "%s: %s parameters on %s, %d steps%s, run folder %s",
+            run.name,
+            f"{count_parameters(s.model):,}",
+            s.device,
+            run.cfg.train.steps,
+            f" (resuming at {step})" if state else "",
+            run_dir,
+        )
+    return s, handler, step, metrics
+
+
 def finish(
-    cfg,
+    name: str,
     run_dir: Path,
     model,
     device,
@@ -410,7 +422,7 @@ def finish(
     rows = metrics.rows()
     n_params = count_parameters(model)
     summary = {
-        "name": run_name(cfg),
+        "name": name,
         "steps": step,
         "parameters": n_params,
         "device": str(device),
@@ -444,4 +456,4 @@ def _preempted(guard, dd, step: int, device) -> bool:
     return bool(dd.mean(flag).item() > 0)
 
 
-__all__ = ["train", "TrainingDiverged"]
+__all__ = ["train", "train_run", "TrainingDiverged"]
