@@ -30,7 +30,6 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from ssa_repro import tracking
 from ssa_repro.cli import sweeps
 from ssa_repro.cli.checkfirst import CheckFirst
 from ssa_repro.config import CONF_DIR
