@@ -52,21 +52,26 @@ def _seed_text(seeds) -> str:
 
 
 def rows(decided, study: str) -> pd.DataFrame:
-    """The endpoints' deciding tests of one report's :class:`~ssa_repro.reports.decide.Decided`."""
+    """The endpoints' deciding tests of one report's :class:`~ssa_repro.reports.decide.Decided`: each
+    test named with the seeds declared for the endpoint (its cells' share of the confirmatory or
+    replication seeds, ``decided.declared``, ``rep.declared``) and the seeds of them in the data."""
     every = list(decided.eps)
-    tests = []
+    tests = []  # (name, seeds run, results, endpoints, {endpoint: declared seeds}, the test's seeds)
     if decided.confirmatory is None:
-        tests.append(("all seeds (declared after them)", None, decided.primaries, every))
+        tests.append(("all seeds (declared after them)", None, decided.primaries, every, {}, None))
     else:
-        test = f"confirmatory ({_seed_text(decided.confirmatory)})"
-        tests.append((test, decided.run, decided.primaries, every))
+        conf = decided.confirmatory
+        tests.append(("confirmatory", decided.run, decided.primaries, every, decided.declared, conf))
     for rep in decided.replications:  # a replication decides the endpoints it names
-        tests.append((f"{rep.family} ({_seed_text(rep.seeds)})", rep.run, rep.results, rep.endpoints))
+        tests.append((rep.family, rep.run, rep.results, rep.endpoints, rep.declared, rep.seeds))
     out = []
     for name, e in decided.eps.items():
-        for test, run, res, names in tests:
+        for test, run, res, names, declared, seeds in tests:
             if name not in names:
                 continue
+            if run is not None:  # named with the endpoint's own declared seeds and those of them run
+                seeds = declared.get(name, seeds)
+                test, run = f"{test} ({_seed_text(seeds)})", [s for s in run if s in set(seeds)]
             hit = res[res.endpoint == name] if len(res) else res
             if not len(hit):
                 out.append({"study": study, "endpoint": name, "text": e["text"], "test": test, "n_seeds": 0})

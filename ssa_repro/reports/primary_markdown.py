@@ -254,6 +254,7 @@ def primary_lines(decided: Decided) -> list[str]:
                     decided.run,
                     decided.eps,
                     decided.replications,
+                    decided.declared,
                 )
             ),
             "",
