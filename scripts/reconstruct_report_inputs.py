@@ -41,7 +41,7 @@ if __name__ == "__main__":
     parser().parse_args()  # --help and usage errors answer here, before the imports below load torch
 
 from ssa_repro.reports import provenance  # noqa: E402
-from ssa_repro.reports.study import INPUTS  # noqa: E402
+from ssa_repro.reports.kinds.icl import INPUTS  # noqa: E402
 
 RESULTS = Path("docs") / "results"
 MORE = "(further paths not recorded: reconstructed from the report's header, which showed 5)"

@@ -17,7 +17,7 @@ import pytest
 
 from ssa_repro.reports import claims as claims_engine
 from ssa_repro.reports import declared_seeds, endpoints, primary_tables
-from ssa_repro.reports import study as report
+from ssa_repro.reports.kinds import icl as report
 from ssa_repro.reports.paired import Claim, Spec
 from tests.test_primary_confirmatory import CONFIRMATORY, _per_seed, _setup
 

@@ -25,7 +25,8 @@ from ssa_repro.core.rundir import RunDir, RunFolderError
 from ssa_repro.evaluation.lm import chance
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.multiple_choice import Item
-from ssa_repro.reports import early, early_cells, early_tables, paired
+from ssa_repro.reports import early_cells, early_tables, paired
+from ssa_repro.reports.kinds import early
 from ssa_repro.studies import study
 from ssa_repro.tasks import curriculum
 from ssa_repro.training import trainer, validate

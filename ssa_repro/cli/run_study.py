@@ -26,8 +26,9 @@ from pathlib import Path
 
 from ssa_repro.cli import arguments, commands
 from ssa_repro.core.atomic import storage_advice
-from ssa_repro.reports import early, early_cells, paired
-from ssa_repro.reports import study as icl_report
+from ssa_repro.reports import early_cells, paired
+from ssa_repro.reports.kinds import early
+from ssa_repro.reports.kinds import icl as icl_report
 from ssa_repro.studies import study
 
 REPORTS = {"icl": icl_report.write, "early": early.write}  # a study's `report` key -> its writer

@@ -5,7 +5,7 @@ Every contrast (a primary endpoint, a replication's, a claim row, a design's eff
 :func:`ssa_repro.stats.decision.decide` with its outcome's declared kind (:func:`outcomes`): an
 outcome a primary endpoint declares bimodal (its ``threshold``) is bimodal wherever the same metric is
 measured in the study, so the robust "within ±m" rule holds for the exploratory rows too. The ICL
-report (``reports/study.py``) and the early-learning report (``reports/early.py``) call :func:`decide`
+report (``reports/kinds/icl.py``) and the early-learning report (``reports/kinds/early.py``) call :func:`decide`
 with their own per-seed frame, template values and claims; nothing here depends on the kind of study.
 """
 
