@@ -4,7 +4,7 @@
 
 A report generated from its run folders now writes ``docs/results/<name>/report_inputs.json`` beside its
 per-seed CSVs (what it read from the run folders: the study's wall time, the runs' commits, dirty flags
-and devices, the *Missing* lines; ssa_repro/reports/study.py, ``INPUTS``), so that
+and devices, the *Missing* lines; ssa_repro/reports/kinds/icl.py, ``INPUTS``), so that
 ``python scripts/study.py <name> --report-only --from-csv docs/results/<name>`` regenerates it without
 them. The four reports committed before that (2026-11) were generated from run folders that no longer
 exist; this script writes their record once, by parsing what the committed ``<name>.md`` states:
@@ -41,7 +41,7 @@ if __name__ == "__main__":
     parser().parse_args()  # --help and usage errors answer here, before the imports below load torch
 
 from ssa_repro.reports import provenance  # noqa: E402
-from ssa_repro.reports.study import INPUTS  # noqa: E402
+from ssa_repro.reports.kinds.icl import INPUTS  # noqa: E402
 
 RESULTS = Path("docs") / "results"
 MORE = "(further paths not recorded: reconstructed from the report's header, which showed 5)"

@@ -15,8 +15,10 @@ from omegaconf import OmegaConf
 from scipy import stats as sps
 
 from ssa_repro.core.plotting import saving
-from ssa_repro.reports import claims, early, icl, paired, seed_power
-from ssa_repro.reports import study as report
+from ssa_repro.reports import claims, paired, seed_power
+from ssa_repro.reports import icl_claims as icl
+from ssa_repro.reports.kinds import early
+from ssa_repro.reports.kinds import icl as report
 from ssa_repro.studies import study
 
 SEEDS = list(range(8))

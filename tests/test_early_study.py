@@ -1,4 +1,4 @@
-"""The early-learning study (conf/study/early_cpu.yaml, report ssa_repro/reports/early.py): checkpoints kept
+"""The early-learning study (conf/study/early_cpu.yaml, report ssa_repro/reports/kinds/early.py): checkpoints kept
 at chosen steps and evaluated there (learning curves), the paired design (same initial weights and batches
 per seed under every scorer), and the quick study end to end on a small synthetic data folder of the real
 layout, its report's numbers read back against the stored cells."""
@@ -25,7 +25,8 @@ from ssa_repro.core.rundir import RunDir, RunFolderError
 from ssa_repro.evaluation.lm import chance
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.multiple_choice import Item
-from ssa_repro.reports import early, early_cells, early_tables, paired
+from ssa_repro.reports import early_cells, early_tables, paired
+from ssa_repro.reports.kinds import early
 from ssa_repro.studies import engine, study
 from ssa_repro.tasks import curriculum
 from ssa_repro.training import trainer, validate

@@ -11,8 +11,9 @@ import torch
 from omegaconf import OmegaConf
 
 from ssa_repro.jobs.train_job import run_job
-from ssa_repro.reports import icl, paired
-from ssa_repro.reports import study as report
+from ssa_repro.reports import icl_claims as icl
+from ssa_repro.reports import paired
+from ssa_repro.reports.kinds import icl as report
 from ssa_repro.studies import engine, study
 from ssa_repro.tasks import TASKS
 from ssa_repro.tasks.flip_flop import BIT0, READ, WRITE, p_ignore_at

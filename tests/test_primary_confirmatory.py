@@ -17,8 +17,9 @@ from omegaconf import OmegaConf
 from statsmodels.stats.multitest import multipletests
 
 from ssa_repro.reports import decide as pipeline
-from ssa_repro.reports import factorial, icl, paired, primary
-from ssa_repro.reports import study as report
+from ssa_repro.reports import factorial, paired, primary
+from ssa_repro.reports import icl_claims as icl
+from ssa_repro.reports.kinds import icl as report
 from ssa_repro.studies import schema as study_schema
 from ssa_repro.studies import study
 

@@ -22,9 +22,10 @@ import pytest
 from omegaconf import OmegaConf
 from statsmodels.stats.multitest import multipletests
 
-from ssa_repro.reports import early, primary
-from ssa_repro.reports import study as report
+from ssa_repro.reports import primary
 from ssa_repro.reports.early_cells import read_back
+from ssa_repro.reports.kinds import early
+from ssa_repro.reports.kinds import icl as report
 from ssa_repro.studies import schema as study_schema
 from ssa_repro.studies import study
 

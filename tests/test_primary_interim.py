@@ -11,7 +11,7 @@ import pytest
 from statsmodels.stats.multitest import multipletests
 
 from ssa_repro.reports import primary, primary_tables
-from ssa_repro.reports import study as report
+from ssa_repro.reports.kinds import icl as report
 from tests.test_primary_confirmatory import CONFIRMATORY, SIGMA16, _per_seed, _setup, _sign_flip_p, _wide
 
 

@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from ssa_repro.reports import early, primary
-from ssa_repro.reports import study as report
+from ssa_repro.reports import primary
+from ssa_repro.reports.kinds import early
+from ssa_repro.reports.kinds import icl as report
 from ssa_repro.studies import study
 from tests.test_primary_confirmatory import (
     CONFIRMATORY,

@@ -151,3 +151,47 @@ def test_the_forest_plot_puts_the_claimed_direction_to_the_right(tmp_path, monke
     )
     assert endpoints.forest(t, tmp_path / "f.png").is_file()
     assert seen["x"] == pytest.approx([-4.0, 2.0, 0.5])  # estimate × claimed sign / margin
+
+
+def _interim_rows() -> pd.DataFrame:
+    """relpos_cpu's interim look as its CSV has it: MQAR at 4 of its 30 declared seeds, linear decided."""
+    common = dict(study="relpos_cpu", scale="identity", margin=0.02, claimed_sign=-1, p_holm=0.15)
+    common.update(family="primary", about_ssa=True, low=-0.64, high=-0.36, seeds="100–114")
+    return pd.DataFrame(
+        [
+            dict(common, endpoint="alibi_mqar", text="MQAR", test="confirmatory (100–129)", n_seeds=4)
+            | dict(estimate=-0.525, verdict="interim, 4 of 30 declared seeds: not decided"),
+            dict(common, endpoint="alibi_linear", text="linear", test="confirmatory (100–139)", n_seeds=40)
+            | dict(estimate=-0.5, verdict="yes"),
+        ]
+    )
+
+
+def test_an_interim_test_is_hollow_and_labelled_with_its_counts_in_the_forest_data():
+    d = endpoints.forest_data(_interim_rows())
+    assert list(d.interim) == [True, False]
+    assert d.label[0] == "relpos_cpu: alibi_mqar, confirmatory (interim 4/30)"
+    assert d.label[1] == "relpos_cpu: alibi_linear, confirmatory"  # decided: no mark
+    assert d.x.tolist() == pytest.approx([0.525 / 0.02, 0.5 / 0.02])
+
+
+def test_the_readme_row_of_an_interim_test_says_interim_with_its_counts():
+    md = endpoints.markdown(_interim_rows()).split("\n")
+    assert "| confirmatory (100–129) | 4 of 30 (interim) |" in md[2]
+    assert md[2].endswith("| interim, 4 of 30 declared seeds: not decided | for SSA |")
+    assert "| confirmatory (100–139) | 40 |" in md[3]
+
+
+def test_the_forest_plot_draws_an_interim_estimate_hollow(tmp_path, monkeypatch):
+    seen = {}
+    import matplotlib.axes
+
+    real = matplotlib.axes.Axes.scatter
+
+    def spy(self, x, y, *a, **kw):
+        seen["faces"] = list(kw["facecolors"])
+        return real(self, x, y, *a, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", spy)
+    assert endpoints.forest(_interim_rows(), tmp_path / "f.png").is_file()
+    assert seen["faces"] == ["white", "tab:blue"]

@@ -16,7 +16,8 @@ from scipy import stats as sps
 
 from ssa_repro import stats
 from ssa_repro.reports import claims as claims_engine
-from ssa_repro.reports import factorial, icl, paired, primary, primary_tables
+from ssa_repro.reports import factorial, paired, primary, primary_tables
+from ssa_repro.reports import icl_claims as icl
 from ssa_repro.studies import study
 
 ROOT = Path(__file__).resolve().parents[1]

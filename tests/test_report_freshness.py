@@ -26,7 +26,7 @@ from ssa_repro.cli import run_study
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core.plotting import saving
 from ssa_repro.reports import provenance
-from ssa_repro.reports import study as report
+from ssa_repro.reports.kinds import icl as report
 from ssa_repro.studies import study
 
 ROOT = Path(__file__).resolve().parents[1]

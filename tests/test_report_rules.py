@@ -174,7 +174,7 @@ def test_an_arm_is_learned_only_where_most_of_its_seeds_beat_the_baseline():
     """Review D5: MQAR with learned positions, softmax per seed [0.000, 0.844, 0.851, 0.845, 0.846,
     0.847, 0.846] against the baseline's 0.8687: its mean 0.7255 passed the mean gate (learned), though
     one seed of seven learned; SSA 0.8485 (no seed) passed too."""
-    from ssa_repro.reports import icl
+    from ssa_repro.reports import icl_claims as icl
 
     softmax = [0.0, 0.844, 0.851, 0.845, 0.846, 0.847, 0.846]
     ssa = [0.8485] * 7
@@ -200,7 +200,7 @@ def test_an_arm_is_learned_only_where_most_of_its_seeds_beat_the_baseline():
 
 def test_a_section_without_data_does_not_point_to_an_empty_missing(tmp_path):
     """Review D6: "No data yet (see *Missing*)" beside a Missing that said "Nothing"."""
-    from ssa_repro.reports import study as report
+    from ssa_repro.reports.kinds import icl as report
 
     lines = report.section("A section", "text", None)
     assert report.NO_DATA in lines
@@ -299,7 +299,7 @@ def test_findings_list_one_measurement_once():
 
 
 def test_a_study_without_an_ssa_arm_does_not_promise_ssa_claims_in_its_title():
-    from ssa_repro.reports import study as report
+    from ssa_repro.reports.kinds import icl as report
 
     setup = {
         "base": ["model.n_layer=2", "model.n_embd=32", "train.steps=3000"],
@@ -344,7 +344,7 @@ def test_relpos_cpus_endpoints_an_interaction_among_them_go_through_the_one_pipe
     interaction (``of: AxB``), one Holm family of three, decided on the declared seeds."""
     from omegaconf import OmegaConf
 
-    from ssa_repro.reports import study as report
+    from ssa_repro.reports.kinds import icl as report
     from ssa_repro.studies import study
 
     setup = OmegaConf.to_container(study.load("relpos_cpu"))

@@ -20,7 +20,8 @@ from ssa_repro.core.identity import run_identity, same_runs
 from ssa_repro.evaluation.grid import GridConfig
 from ssa_repro.evaluation.loading import load_run
 from ssa_repro.evaluation.runner import evaluate
-from ssa_repro.reports import compare, study
+from ssa_repro.reports import compare
+from ssa_repro.reports.kinds import icl as study
 from ssa_repro.reports.runs import ReportError, all_runs
 from ssa_repro.training.trainer import train
 from tests.conftest import make_cfg

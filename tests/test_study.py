@@ -21,8 +21,9 @@ from ssa_repro import stats
 from ssa_repro.config import CONF_DIR
 from ssa_repro.core.plotting import saving
 from ssa_repro.jobs.prepared import problems
-from ssa_repro.reports import icl, icl_figures, icl_frame, icl_tables, paired, provenance, seed_power
-from ssa_repro.reports import study as report
+from ssa_repro.reports import icl_claims as icl
+from ssa_repro.reports import icl_figures, icl_frame, icl_tables, paired, provenance, seed_power
+from ssa_repro.reports.kinds import icl as report
 from ssa_repro.studies import engine, progress, study
 from ssa_repro.studies import index as study_index
 from tests.conftest import HAVE_SHARED_DATA

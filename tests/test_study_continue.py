@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from ssa_repro.cli import arguments, run_study
 from ssa_repro.reports import inputs, provenance
-from ssa_repro.reports import study as report
+from ssa_repro.reports.kinds import icl as report
 from ssa_repro.reports.tables import seed_ranges
 from ssa_repro.studies import engine, study
 from ssa_repro.studies import index as study_index
@@ -282,7 +282,8 @@ def test_the_early_study_continues_from_its_published_report(tmp_path, monkeypat
     published jobs (the masked-LM ones, 2 curves, the decoder leg's pairs) are not trained again, and a report
     joined with no new run holds exactly the published per-seed rows, the published jobs counted as
     trained."""
-    from ssa_repro.reports import early, early_cells
+    from ssa_repro.reports import early_cells
+    from ssa_repro.reports.kinds import early
 
     published = early_cells.read_back(report.load_inputs(EARLY)[0])
     keys = report.prior_jobs(EARLY, early_cells.read_back)

@@ -16,7 +16,7 @@ The matrix is ``conf/study/<name>.yaml`` (or a path to a study file); it is chec
 the report, ``<name>.md`` with its figures beside it, into that folder too (``--out DIR`` elsewhere;
 ``--publish``: docs/results, where the committed reports are). See ssa_repro/studies/; the report is
 the one the study's ``report`` key names (:data:`REPORTS`: ``icl``, the default,
-ssa_repro/reports/study.py; ``early``, ssa_repro/reports/early.py).
+ssa_repro/reports/kinds/icl.py; ``early``, ssa_repro/reports/kinds/early.py).
 """
 
 import argparse
@@ -26,19 +26,23 @@ from pathlib import Path
 
 from ssa_repro.cli import arguments, commands
 from ssa_repro.core.atomic import storage_advice
-from ssa_repro.reports import early, early_cells, paired
-from ssa_repro.reports import study as icl_report
+from ssa_repro.reports import kinds
+from ssa_repro.reports.kinds import icl as icl_report
 from ssa_repro.studies import engine, study
 from ssa_repro.studies import index as study_index
 
-REPORTS = {"icl": icl_report.write, "early": early.write}  # a study's `report` key -> its writer
-RENDERERS = {"icl": icl_report.render, "early": early.render}  # the same from per-seed CSVs (--from-csv)
-READERS = {"icl": paired.read_back, "early": early_cells.read_back}  # a report's per-seed CSVs, read back
+# a study's `report` key -> its kind's writer, its renderer from per-seed CSVs (--from-csv) and the reader of
+# those CSVs: the kinds found by scanning reports/kinds/ (dicts here so that tests can replace one)
+REPORTS = {n: kinds.get(n).write for n in kinds.REPORTS.names()}
+RENDERERS = {n: kinds.get(n).render for n in kinds.REPORTS.names()}
+READERS = {n: kinds.get(n).read_back for n in kinds.REPORTS.names()}
+
 
 
 def report_of(cfg) -> str:
-    """The study's report (its ``report`` key; ``icl`` without one), checked against :data:`REPORTS`."""
-    name = str(cfg.report) if "report" in cfg else "icl"
+    """The study's report kind (its ``report`` key; ``icl`` without one), checked against the kinds
+    found in reports/kinds/ (:data:`ssa_repro.reports.kinds.REPORTS`)."""
+    name = str(cfg.report) if "report" in cfg else kinds.DEFAULT
     if name not in REPORTS:
         raise SystemExit(
             f"Error: study {cfg.name}: report={name!r} is not a report; allowed: {', '.join(REPORTS)}"

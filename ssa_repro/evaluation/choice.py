@@ -1,6 +1,6 @@
 """Which of a study's evaluations run on a job: one rule, read by the study engine (``studies/study.py``'s
 ``evaluations``, which ``studies/engine.py`` runs) and by the reports (``reports/icl_cells.py``,
-``reports/early.py``, which say what is missing), so that what a report expects is what the engine did.
+``reports/kinds/early.py``, which say what is missing), so that what a report expects is what the engine did.
 
 A study's ``evaluations`` map a key to an evaluator's settings (``name`` and its keys). An evaluation
 runs on a job of task ``t`` (a registered task name) in group ``g`` when

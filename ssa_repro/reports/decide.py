@@ -5,7 +5,7 @@ Every contrast (a primary endpoint, a replication's, a claim row, a design's eff
 :func:`ssa_repro.stats.decision.decide` with its outcome's declared kind (:func:`outcomes`): an
 outcome a primary endpoint declares bimodal (its ``threshold``) is bimodal wherever the same metric is
 measured in the study, so the robust "within ±m" rule holds for the exploratory rows too. The ICL
-report (``reports/study.py``) and the early-learning report (``reports/early.py``) call :func:`decide`
+report (``reports/kinds/icl.py``) and the early-learning report (``reports/kinds/early.py``) call :func:`decide`
 with their own per-seed frame, template values and claims; nothing here depends on the kind of study.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ssa_repro import stats
-from ssa_repro.reports import factorial, paired, primary
+from ssa_repro.reports import declared_seeds, factorial, paired, primary
 
 
 @dataclass
@@ -26,7 +26,9 @@ class Decided:
     declared 2 × 2 designs' effects (``designs``), the primary endpoints (``eps``: as declared, filled;
     ``primaries``: their results, :func:`primary.decide`). With the study's ``confirmatory_seeds``
     (``confirmatory``, as declared): ``primaries`` are decided on those seeds alone (``run``: those in
-    the data; ``earlier``: the data's other seeds, run before the declaration), and ``explored`` holds
+    the data; ``earlier``: the data's other seeds, run before the declaration; ``declared``: {endpoint:
+    the confirmatory seeds its cells are run at}, :mod:`~ssa_repro.reports.declared_seeds`, the count
+    its test is complete at), and ``explored`` holds
     the same contrasts on every seed, in their own families (:func:`primary.all_seeds`). With its
     ``replication`` (one ``{seeds, endpoints}`` or a list): ``replications`` holds each one's endpoints
     decided on its seeds alone, in its own family (:class:`primary.Replication`)."""
@@ -41,24 +43,36 @@ class Decided:
     confirmatory: list | None = None
     run: list = field(default_factory=list)
     earlier: list = field(default_factory=list)
+    declared: dict = field(default_factory=dict)
     explored: pd.DataFrame = field(default_factory=pd.DataFrame)
     replications: list = field(default_factory=list)
 
 
 def replicate(
-    eps: dict, declared, frame, claims: list, factorials: dict | None, ctx, outcomes: dict | None = None
+    eps: dict,
+    declared,
+    frame,
+    claims: list,
+    setup: dict,
+    ctx,
+    outcomes: dict | None = None,
 ) -> dict:
     """The declared ``replication`` (one ``{seeds, endpoints}`` or a list, :func:`primary.replications`):
     each one's endpoints decided on its seeds alone (:func:`confirm`, Holm over them in its own family),
-    as :class:`Decided`'s ``replications``; the confirmatory test's ``earlier`` seeds (run before the
-    declaration) lose every replication's, which were run after it. {} without one."""
+    as :class:`Decided`'s ``replications``, each endpoint complete at the seeds of the replication its
+    cells are run at (``setup``'s matrix, :mod:`~ssa_repro.reports.declared_seeds`); the confirmatory
+    test's ``earlier`` seeds (run before the declaration) lose every replication's, which were run after
+    it. {} without one."""
     reps = []
     for rep in primary.replications(declared) if eps else []:  # families numbered as declared
         mine = {n: eps[n] for n in rep.endpoints if n in eps}
         if not mine:  # every endpoint it names removed (a child study's null): nothing to decide
             continue
         rep.endpoints = list(mine)
-        rep.results, extra = confirm(mine, rep.seeds, frame, claims, factorials, ctx, rep.family, outcomes)
+        rep.declared = declared_seeds.per_endpoint(mine, rep.seeds, setup, claims, ctx)
+        rep.results, extra = confirm(
+            mine, rep.seeds, frame, claims, setup.get("factorials"), ctx, rep.family, outcomes, rep.declared
+        )
         rep.run = extra["run"]
         reps.append(rep)
     return {"replications": reps} if reps else {}
@@ -79,12 +93,15 @@ def confirm(
     ctx,
     family: str = primary.FAMILY,
     outcomes: dict | None = None,
+    declared: dict | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """The primary endpoints decided on the confirmatory ``seeds`` alone (:func:`primary.decide` on the
     endpoints' claims and designs recomputed on the per-seed frame restricted to those seeds; the claims
     as built from the whole frame, the templates filled from its values ``ctx``). Returns (the results,
     :class:`Decided`'s ``confirmatory``, ``run`` and ``earlier``); no confirmatory seed in the data: no
-    results. With fewer paired seeds than declared the verdicts are withheld (:func:`primary.interim`)."""
+    results. With fewer paired seeds than declared the verdicts are withheld (:func:`primary.interim`):
+    ``declared``, {endpoint: its declared seeds} (:func:`declared_seeds.per_endpoint`), else every
+    endpoint is declared at all of ``seeds``."""
     wanted = sorted(int(s) for s in seeds)
     sub = frame[frame.seed.astype(int).isin(wanted)]
     run = sorted(int(s) for s in sub.seed.unique())
@@ -107,9 +124,8 @@ def confirm(
         primary.design_cells(eps),
         outcomes=outcomes,
     )
-    return primary.interim(
-        primary.decide(eps, table, designs, sub, claims, family), len(wanted), len(eps)
-    ), extra
+    counts = {n: len(declared[n]) for n in eps} if declared is not None else len(wanted)
+    return primary.interim(primary.decide(eps, table, designs, sub, claims, family), counts, len(eps)), extra
 
 
 def without_endpoints(table: pd.DataFrame, eps: dict) -> pd.DataFrame:
@@ -152,7 +168,8 @@ def decide(frame: pd.DataFrame, setup: dict | None, *, ctx, claims: list, first=
     (None: no endpoints or designs can be filled) and the ``claims`` built from the frame: every
     decision the report prints. The primary endpoints leave their claim's or design's Holm family for
     the family ``primary`` (one Holm p per contrast); with ``confirmatory_seeds`` they are decided on
-    those seeds alone (:func:`confirm`) and the full tables keep their contrasts in their own families,
+    those seeds alone (:func:`confirm`), each complete at the confirmatory seeds the matrix (``groups``)
+    runs its cells at (:mod:`~ssa_repro.reports.declared_seeds`), and the full tables keep their contrasts in their own families,
     exploratory. ``first``: the claims the findings list first when called."""
     setup = setup or {}
     factorials = setup.get("factorials")
@@ -174,9 +191,11 @@ def decide(frame: pd.DataFrame, setup: dict | None, *, ctx, claims: list, first=
     if eps and seeds is None:
         primaries = primary.decide(eps, table, designs, frame, claims)
     elif eps:
-        primaries, extra = confirm(eps, seeds, frame, claims, factorials, ctx, outcomes=kinds)
+        mine = declared_seeds.per_endpoint(eps, seeds, setup, claims, ctx)
+        primaries, extra = confirm(eps, seeds, frame, claims, factorials, ctx, outcomes=kinds, declared=mine)
+        extra["declared"] = mine
         extra["explored"] = primary.all_seeds(eps, table, designs, frame, claims)
-        extra |= replicate(eps, setup.get("replication"), frame, claims, factorials, ctx, kinds)
+        extra |= replicate(eps, setup.get("replication"), frame, claims, setup, ctx, kinds)
         extra["earlier"] = before_declaration(extra)
     else:
         primaries = pd.DataFrame()

@@ -1,5 +1,5 @@
 """The early-learning report's per-seed values (conf/study/early_cpu.yaml, ``report: early``; the report
-itself: ``reports/early.py``), read from a study's index and its runs' stored cells.
+itself: ``reports/kinds/early.py``), read from a study's index and its runs' stored cells.
 
 Per-seed values (one row per job × checkpoint step × method × item × metric, :data:`COLUMNS`; written
 as ``<out>/<name>/per_seed_<part>.csv`` and read back before anything is computed):

@@ -9,20 +9,22 @@ seeds, every seed, in the family ``primary``) and each replication that names it
 endpoint with no seeds of a test run yet gets its row with 0 seeds and the verdict "not run yet". The
 forest plot shows each estimate and 95% interval in units of its margin m, signed so that the right
 is the claimed direction (for SSA where the endpoint compares SSA with softmax): |x| < 1 is inside the
-margin.
+margin. An interim test (fewer paired seeds than declared, :func:`primary.interim`) is drawn hollow and
+labelled "(interim n/N)", and its README row says "n of N (interim)": its estimate is shown, not decided.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ssa_repro.core.atomic import write_bytes, write_text
-from ssa_repro.reports import paired
+from ssa_repro.reports import paired, primary
 from ssa_repro.reports.tables import seed_ranges
 
 COLUMNS = [
@@ -45,6 +47,16 @@ COLUMNS = [
 ]
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 NOT_RUN = "not run yet"
+# an interim verdict, as primary.INTERIM writes it: its paired and declared seed counts
+_INTERIM = re.compile(
+    "^" + re.escape(primary.INTERIM).replace(r"\{n\}", r"(\d+)").replace(r"\{of\}", r"(\d+)") + "$"
+)
+
+
+def interim_counts(verdict) -> tuple[int, int] | None:
+    """(paired seeds, declared seeds) of an interim verdict (:data:`primary.INTERIM`); None otherwise."""
+    m = _INTERIM.match(verdict) if isinstance(verdict, str) else None
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _seed_text(seeds) -> str:
@@ -52,21 +64,26 @@ def _seed_text(seeds) -> str:
 
 
 def rows(decided, study: str) -> pd.DataFrame:
-    """The endpoints' deciding tests of one report's :class:`~ssa_repro.reports.decide.Decided`."""
+    """The endpoints' deciding tests of one report's :class:`~ssa_repro.reports.decide.Decided`: each
+    test named with the seeds declared for the endpoint (its cells' share of the confirmatory or
+    replication seeds, ``decided.declared``, ``rep.declared``) and the seeds of them in the data."""
     every = list(decided.eps)
-    tests = []
+    tests = []  # (name, seeds run, results, endpoints, {endpoint: declared seeds}, the test's seeds)
     if decided.confirmatory is None:
-        tests.append(("all seeds (declared after them)", None, decided.primaries, every))
+        tests.append(("all seeds (declared after them)", None, decided.primaries, every, {}, None))
     else:
-        test = f"confirmatory ({_seed_text(decided.confirmatory)})"
-        tests.append((test, decided.run, decided.primaries, every))
+        conf = decided.confirmatory
+        tests.append(("confirmatory", decided.run, decided.primaries, every, decided.declared, conf))
     for rep in decided.replications:  # a replication decides the endpoints it names
-        tests.append((f"{rep.family} ({_seed_text(rep.seeds)})", rep.run, rep.results, rep.endpoints))
+        tests.append((rep.family, rep.run, rep.results, rep.endpoints, rep.declared, rep.seeds))
     out = []
     for name, e in decided.eps.items():
-        for test, run, res, names in tests:
+        for test, run, res, names, declared, seeds in tests:
             if name not in names:
                 continue
+            if run is not None:  # named with the endpoint's own declared seeds and those of them run
+                seeds = declared.get(name, seeds)
+                test, run = f"{test} ({_seed_text(seeds)})", [s for s in run if s in set(seeds)]
             hit = res[res.endpoint == name] if len(res) else res
             if not len(hit):
                 out.append({"study": study, "endpoint": name, "text": e["text"], "test": test, "n_seeds": 0})
@@ -126,8 +143,10 @@ def markdown(t: pd.DataFrame) -> str:
             sc = r["scale"]
             est = f"{paired.fmt(r['estimate'], sc)} [{paired.fmt(r['low'], sc)}, {paired.fmt(r['high'], sc)}]"
             p = f"{r['p_holm']:.2g}"
+        counts = interim_counts(r["verdict"])
+        n = f"{counts[0]} of {counts[1]} (interim)" if counts else str(int(r["n_seeds"]))
         lines.append(
-            f"| [{r['study']}](docs/results/{r['study']}.md) | {r['text']} | {r['test']} | {int(r['n_seeds'])} "
+            f"| [{r['study']}](docs/results/{r['study']}.md) | {r['text']} | {r['test']} | {n} "
             f"| {est} | {p} | {r['verdict']} | {_side(r)} |"
         )
     return "\n".join(lines)
@@ -157,30 +176,55 @@ def replace_block(text: str, block: str) -> str:
     return text[: text.index(START)] + block + text[text.index(END) + len(END) :]
 
 
-def forest(t: pd.DataFrame, path: Path) -> Path | None:
-    """The forest plot of every decided row of ``t`` (estimate and interval / margin, claimed direction
-    to the right), saved to ``path``; None where no row is decided."""
-    import matplotlib.pyplot as plt  # here: a report without endpoints never loads matplotlib
-
+def forest_data(t: pd.DataFrame) -> pd.DataFrame:
+    """What the forest plot draws, one row per decided or interim row of ``t`` (a test not run yet has
+    no estimate): ``x``, ``low``, ``high`` (estimate and interval / margin, × the claimed sign: the
+    claimed direction to the right), ``label`` (study: endpoint, test; "(interim n/N)" added where the
+    test is interim), ``interim`` (bool: drawn hollow) and ``about_ssa`` (blue where it compares SSA
+    with softmax)."""
     d = t[t.verdict != NOT_RUN].reset_index(drop=True)
-    if not len(d):
-        return None
     sign = d.claimed_sign.to_numpy(float)  # the claimed direction (claimed_sign −1: a decrease) → right
     m = d.margin.to_numpy(float)
     x, lo, hi = (sign * d[c].to_numpy(float) / m for c in ("estimate", "low", "high"))
-    lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
+    counts = [interim_counts(v) for v in d.verdict]
+    labels = [
+        f"{r.study}: {r.endpoint}, {r.test.split(' (')[0]}" + (f" (interim {c[0]}/{c[1]})" if c else "")
+        for r, c in zip(d.itertuples(), counts)
+    ]
+    return pd.DataFrame(
+        {
+            "x": x,
+            "low": np.minimum(lo, hi),
+            "high": np.maximum(lo, hi),
+            "label": labels,
+            "interim": [c is not None for c in counts],
+            "about_ssa": d.about_ssa.astype(bool).to_numpy() if len(d) else [],
+        }
+    )
+
+
+def forest(t: pd.DataFrame, path: Path) -> Path | None:
+    """The forest plot of :func:`forest_data` (a filled dot: a decided test; a hollow one: interim),
+    saved to ``path``; None where no row has an estimate."""
+    import matplotlib.pyplot as plt  # here: a report without endpoints never loads matplotlib
+
+    d = forest_data(t)
+    if not len(d):
+        return None
     fig, ax = plt.subplots(figsize=(7, 0.32 * len(d) + 1.2))
     y = np.arange(len(d))[::-1]
-    colors = ["tab:blue" if s else "tab:gray" for s in d.about_ssa.astype(bool)]
-    ax.hlines(y, lo, hi, colors=colors)
-    ax.scatter(x, y, c=colors, zorder=3, s=14)
+    colors = np.array(["tab:blue" if s else "tab:gray" for s in d.about_ssa])
+    ax.hlines(y, d.low, d.high, colors=colors, linestyles=["dashed" if i else "solid" for i in d.interim])
+    faces = np.where(d.interim, "white", colors)  # hollow: an interim estimate, not a decision
+    ax.scatter(d.x, y, facecolors=faces, edgecolors=colors, zorder=3, s=18)
     ax.axvline(0, color="black", lw=0.8)
     for v in (-1, 1):
         ax.axvline(v, color="black", lw=0.6, ls=":")
-    ax.set_yticks(
-        y, [f"{r.study}: {r.endpoint}, {r.test.split(' (')[0]}" for r in d.itertuples()], fontsize=7
+    ax.set_yticks(y, list(d.label), fontsize=7)
+    ax.set_xlabel(
+        "estimate / margin (right: the claimed direction)\nblue: SSA vs softmax; hollow, dashed: interim, not decided",
+        fontsize=8,
     )
-    ax.set_xlabel("estimate / margin (right: the claimed direction; blue: SSA vs softmax)", fontsize=8)
     ax.tick_params(axis="x", labelsize=7)
     fig.tight_layout()
     buf = io.BytesIO()

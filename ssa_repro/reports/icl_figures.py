@@ -12,7 +12,7 @@ import pandas as pd
 from ssa_repro.core import plotting
 from ssa_repro.core.plotting import plt, save
 from ssa_repro.reports import paired
-from ssa_repro.reports.icl import ladder_cells
+from ssa_repro.reports.icl_claims import ladder_cells
 from ssa_repro.reports.icl_frame import (
     ADVERSE,
     ARCH_TEXT,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 # icl_cpu's groups, each with its own claims and report section; any other group (icl_scale's ladder)
-# gets SSA − softmax per architecture (claims) and a section of its own (reports/study.py)
+# gets SSA − softmax per architecture (claims) and a section of its own (reports/kinds/icl.py)
 KNOWN_GROUPS = ("core", "architecture", "alternatives", "wide_inputs")
 
 # icl_cpu's reference arm (group, architecture): the per-axis sections and the paper's claims read it; a

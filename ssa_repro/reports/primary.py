@@ -79,14 +79,16 @@ ORDINALS = ("A", "A second", "A third", "A fourth", "A fifth")
 @dataclass
 class Replication:
     """One declared replication: its Holm ``family`` (:func:`family_name`), its declared ``seeds`` and
-    ``endpoints`` (names in ``primary``), and once decided the seeds of it in the data (``run``) and its
-    endpoints' results on them alone (``results``, :func:`decide`'s columns)."""
+    ``endpoints`` (names in ``primary``), and once decided the seeds of it in the data (``run``), its
+    endpoints' results on them alone (``results``, :func:`decide`'s columns) and each endpoint's declared
+    seeds (``declared``: those of ``seeds`` the matrix runs its cells at)."""
 
     family: str
     seeds: list
     endpoints: list
     run: list = field(default_factory=list)
     results: pd.DataFrame = field(default_factory=pd.DataFrame)
+    declared: dict = field(default_factory=dict)  # {endpoint: its seeds of ``seeds`` its cells run at}
 
 
 def family_name(i: int) -> str:
@@ -108,23 +110,29 @@ def replications(declared) -> list[Replication]:
     ]
 
 
-def interim(results: pd.DataFrame, declared: int, k: int) -> pd.DataFrame:
+def interim(results: pd.DataFrame, declared, k: int) -> pd.DataFrame:
     """A confirmatory test (or a replication's) decided on part of its declared seeds is an interim look:
-    its verdicts are withheld until each of its ``k`` endpoints has all ``declared`` paired seeds.
+    its verdicts are withheld until each of its ``k`` endpoints has all its declared paired seeds.
 
     Why: the family's Holm p's depend on every endpoint's p, and a call made at a look at part of the
     sample, repeated as seeds come in, would be taken at more than the declared level (each look spends
-    α again; no α-spending is declared). So while any endpoint has fewer than ``declared`` paired seeds,
-    or no row at all, every row's verdict reads :data:`INTERIM` with its own seed count; the estimate,
-    interval, p and p_Holm stay shown. Returns a copy of ``results`` (:func:`decide`'s rows) with
-    ``interim`` (bool) added."""
+    α again; no α-spending is declared). ``declared``: one seed count for every endpoint, or {endpoint:
+    its count} (:func:`ssa_repro.reports.declared_seeds.per_endpoint`: the declared seeds its cells are
+    run at, which may be fewer than the study's). So while any endpoint has fewer paired seeds than its
+    declared count, or no row at all, every row's verdict reads :data:`INTERIM` with its own seed count
+    and its own declared count; the estimate, interval, p and p_Holm stay shown. Returns a copy of
+    ``results`` (:func:`decide`'s rows) with ``interim`` (bool) and ``declared`` (its count) added."""
     if not len(results):
         return results
     out = results.copy()
-    short = len(out) < k or bool((out.n_seeds.astype(int) < declared).any())
+    if isinstance(declared, Mapping):
+        out["declared"] = [int(declared[n]) for n in out.endpoint]
+    else:
+        out["declared"] = int(declared)
+    short = len(out) < k or bool((out.n_seeds.astype(int) < out.declared).any())
     out["interim"] = short
     if short:
-        out["verdict"] = [INTERIM.format(n=int(n), of=declared) for n in out.n_seeds]
+        out["verdict"] = [INTERIM.format(n=int(n), of=int(d)) for n, d in zip(out.n_seeds, out.declared)]
     return out
 
 

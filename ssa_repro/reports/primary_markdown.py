@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ssa_repro import stats
-from ssa_repro.reports import blocks, paired, primary, primary_tables
+from ssa_repro.reports import blocks, floor, paired, primary, primary_tables
 from ssa_repro.reports.decide import Decided, without_endpoints
 from ssa_repro.reports.tables import markdown_table, seed_ranges
 
@@ -203,6 +203,7 @@ def primary_lines(decided: Decided) -> list[str]:
         "",
         primary_tables.note(decided.confirmatory, decided.run, decided.earlier, _shortfall(decided)),
         "",
+        *_floor_lines(decided),
         *(
             line
             for i, rep in enumerate(decided.replications)
@@ -254,6 +255,7 @@ def primary_lines(decided: Decided) -> list[str]:
                     decided.run,
                     decided.eps,
                     decided.replications,
+                    decided.declared,
                 )
             ),
             "",
@@ -305,6 +307,17 @@ def primary_lines(decided: Decided) -> list[str]:
             "",
         ]
     return lines
+
+
+def _floor_lines(decided: Decided) -> list[str]:
+    """:func:`floor.lines` on the pilot: the seeds before the declaration (every seed without
+    confirmatory seeds)."""
+    if decided.confirmatory is None:
+        pilot = sorted(int(s) for s in decided.frame.seed.unique()) if len(decided.frame) else []
+    else:
+        pilot = list(decided.earlier)
+    rows = floor.floored(decided.eps, decided.claims, decided.frame, decided.table, pilot)
+    return floor.lines(rows, pilot)
 
 
 def _shortfall(decided: Decided) -> str:

@@ -100,7 +100,9 @@ def note(confirmatory=None, run=(), earlier=(), short: str = "") -> str:
 
 def shortfall(results: pd.DataFrame, declared: int, k: int, run=()) -> str:
     """Why a test is interim (:func:`interim`), in words; "" when it is complete, or when none of its
-    seeds is in the data (``run`` empty: "no … seeds run yet" is said instead)."""
+    seeds is in the data (``run`` empty: "no … seeds run yet" is said instead). Each endpoint is short
+    of its own declared count (``results.declared``, else ``declared``): where they differ, the endpoint
+    furthest from its count is named."""
     if not len(results):  # seeds run, none paired yet (an arm still missing): interim too
         return f"none of the {k} endpoints has a paired seed yet" if len(run) else ""
     if not bool(results.interim.any()):
@@ -108,8 +110,16 @@ def shortfall(results: pd.DataFrame, declared: int, k: int, run=()) -> str:
     if len(results) < k:
         missing = k - len(results)
         return f"{missing} of the {k} endpoints {'have' if missing > 1 else 'has'} no paired seed yet"
+    of = results.declared.astype(int) if "declared" in results else pd.Series(declared, index=results.index)
+    if of.nunique() == 1:
+        return (
+            f"the fewest paired seeds an endpoint has is {int(results.n_seeds.min())} of the {int(of.iloc[0])} "
+            "declared"
+        )
+    i = (results.n_seeds.astype(int) / of.clip(lower=1)).idxmin()  # the furthest from its own count
     return (
-        f"the fewest paired seeds an endpoint has is {int(results.n_seeds.min())} of the {declared} declared"
+        f"{results.endpoint[i]} has {int(results.n_seeds[i])} of the {int(of[i])} paired seeds declared for its "
+        "cells, the furthest from its count"
     )
 
 
@@ -183,6 +193,7 @@ def results_table(
     run=None,
     eps: Mapping | None = None,
     reps: Sequence[Replication] = (),
+    declared: Mapping | None = None,
 ) -> pd.DataFrame:
     """The report's table: per endpoint the estimate with its interval, seeds (ties), p raw and p_Holm
     in the primary family, the power at the seeds run (planned d_z; observed d_s), the verdict, and for
@@ -193,7 +204,8 @@ def results_table(
     (``decided``: on those seeds alone; "no confirmatory seeds run yet" where it has none), then the
     same contrast on every seed, exploratory, with the p_Holm of its own family and no power. With
     replications (``reps``, :class:`Replication` decided): between the two, each replication's row of
-    each endpoint it names, in the declared order."""
+    each endpoint it names, in the declared order. ``declared``: {endpoint: its declared confirmatory
+    seeds} (the seeds run that its cells are declared at are named in its test)."""
     if explored is None:
         return pd.DataFrame([{"endpoint": r["text"], **_result_row(r)} for _, r in decided.iterrows()])
     run = sorted(int(x) for x in (run or ()))
@@ -208,7 +220,7 @@ def results_table(
         mine = []  # this endpoint's rows: its text on the first only
         if name in conf.index:
             r = conf.loc[name]
-            test = f"confirmatory: seeds {seed_ranges(run)} (n = {int(r['n_seeds'])})"
+            test = f"confirmatory: seeds {seed_ranges(_of(run, declared, name))} (n = {int(r['n_seeds'])})"
             mine.append({"test": test, **_result_row(r, k=k)})
         elif run:  # some confirmatory seeds run, none of them for this endpoint
             mine.append({"test": NO_CONFIRMATORY})
@@ -222,6 +234,14 @@ def results_table(
     return out.fillna("—") if len(out) else out
 
 
+def _of(run, declared: Mapping | None, name: str) -> list:
+    """The seeds of ``run`` that endpoint ``name`` is declared at (all of them without ``declared``)."""
+    if not declared or name not in declared:
+        return list(run)
+    mine = set(declared[name])
+    return [s for s in run if s in mine]
+
+
 def _replication_row(name: str, rep: Replication, k: int) -> dict:
     """An endpoint's row of replication ``rep`` in :func:`results_table` (its p_Holm in the
     replication's family, named in the cell: that family's k may differ from the column's)."""
@@ -229,7 +249,9 @@ def _replication_row(name: str, rep: Replication, k: int) -> dict:
     if hit is None or not len(hit):
         return {"test": NO_REPLICATION if rep.family == REPLICATION else f"{rep.family}: {NO_REPLICATION}"}
     r = hit.iloc[0]
-    row = {"test": f"{rep.family}: seeds {seed_ranges(rep.run)} (n = {int(r['n_seeds'])})"}
+    row = {
+        "test": f"{rep.family}: seeds {seed_ranges(_of(rep.run, rep.declared, name))} (n = {int(r['n_seeds'])})"
+    }
     row.update(_result_row(r, k=k))
     row[f"p_Holm (primary, k = {k})"] = f"{r['p_holm']:.2g} (family `{rep.family}`, k = {int(r['k'])})"
     return row

@@ -52,7 +52,9 @@ from omegaconf.errors import OmegaConfBaseException
 from ssa_repro.config import CONF_DIR
 from ssa_repro.evaluation import EVALUATORS
 from ssa_repro.evaluation.choice import study_keys
-from ssa_repro.reports import claims, early, factorial, icl, primary
+from ssa_repro.reports import claims, factorial, primary
+from ssa_repro.reports import icl_claims as icl
+from ssa_repro.reports.kinds import early
 from ssa_repro.tasks import TASKS
 
 TOP = {"defaults", "name", "report", "seeds", "base", "tasks", "archs", "groups", "evaluations", "claims"}

@@ -8,7 +8,7 @@ study's evaluations (``runner.evaluate``). A finished job is skipped and stored 
 running the command again resumes where it stopped; jobs run in parallel processes (one thread each).
 ``<root>/index.csv`` (studies/index.py) maps every job to its run folder and evaluation protocols,
 rebuilt from every finished job's rows (``<root>/index.d/<group>/<job>.csv``); the report
-(``ssa_repro/reports/study.py``, or the one the study's ``report`` key names) is made from it and the
+(``ssa_repro/reports/kinds/icl.py``, or the one the study's ``report`` key names) is made from it and the
 stored results alone.
 
 Before any work the study file is checked against its schema (studies/schema.py) and every job's

@@ -1,7 +1,7 @@
 """The early-learning study's report (conf/study/early_cpu.yaml, ``report: early``): the paper's second
 claim, that SSA improves *early learning benchmark performance* — BabyBERTa on the Zorro probes (its
 table 3) and a GPT-2-style decoder on perplexity and LM-eval tasks (its table 2) — generated from the
-stored results alone, in the form of the ICL report (``reports/study.py``).
+stored results alone, in the form of the ICL report (``reports/kinds/icl.py``).
 
 Per-seed values: ``early_cells`` (one row per job × checkpoint step × method × item × metric); tables
 ``early_tables``, figures ``early_figures``.
@@ -57,6 +57,7 @@ from ssa_repro.reports.inputs import (
     trained_index,
     with_prior,
 )
+from ssa_repro.reports.kinds.registry import REPORTS, ReportKind
 from ssa_repro.reports.markdown import claims_markdown, figure_lines, finish, provenance_lines, section
 from ssa_repro.reports.paired import Claim
 from ssa_repro.reports.primary_markdown import primary_findings, primary_lines
@@ -478,3 +479,6 @@ def render(
         seed_power.power_table(table) if len(table) else None,
     )
     return finish(lines, table, missing, setup, out_dir, name, after_missing=GPU_LINES, decided=decided)
+
+
+REPORTS.register("early")(ReportKind(write=write, render=render, read_back=read_back))

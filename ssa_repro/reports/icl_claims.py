@@ -5,7 +5,7 @@ The claims themselves are data (``reports/claims.py``: the grammar; docs/studies
 module gives them their :class:`~ssa_repro.reports.claims.Context`, the grid's and deviant protocol's
 points, the arms and groups present, and the rule that leaves a contrast unjudged. The rest of the ICL
 report: the per-seed values (``icl_cells``), its vocabulary (``icl_frame``), tables (``icl_tables``),
-figures (``icl_figures``), length curves (``length``), and the report itself (``study``).
+figures (``icl_figures``), length curves (``length``), and the report itself (``kinds/icl``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The report of a study, generated from its stored results alone (``python scripts/study.py ... --report-only``).
+"""The ICL report kind (``icl``, the default: icl_cpu, icl_scale, length_cpu, relpos_cpu, mechanism_cpu):
+the report of a study, generated from its stored results alone (``python scripts/study.py ... --report-only``).
 
 Findings first. Reads ``<root>/index.csv`` (job → run folder, evaluation protocols) and every job's stored
 cells, reduces them to per-seed values and writes them as tidy CSVs
@@ -36,7 +37,6 @@ import pandas as pd
 from ssa_repro.reports import decide as pipeline
 from ssa_repro.reports import (
     factorial,
-    icl,
     icl_cells,
     icl_figures,
     icl_frame,
@@ -47,6 +47,7 @@ from ssa_repro.reports import (
     provenance,
     seed_power,
 )
+from ssa_repro.reports import icl_claims as icl
 from ssa_repro.reports.decide import (  # noqa: F401 (early.py and the tests read them here)
     Decided,
     before_declaration,
@@ -72,6 +73,7 @@ from ssa_repro.reports.inputs import (  # noqa: F401 (the study command and the 
     trained_index,
     with_prior,
 )
+from ssa_repro.reports.kinds.registry import REPORTS, ReportKind
 from ssa_repro.reports.markdown import (  # noqa: F401 (the study command and the tests read them here)
     CLAIM_COLUMNS,
     NO_DATA,
@@ -470,3 +472,6 @@ def wide_lines(table: pd.DataFrame) -> list[str]:
         "The claims table's `wide_*` rows, per contrast.",
         claim_rows(table, ["wide_deviant", "wide_small"]),
     )
+
+
+REPORTS.register("icl")(ReportKind(write=write, render=render, read_back=paired.read_back))
