@@ -11,8 +11,11 @@ import io
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas loads on first use: --help answers without it
+    import pandas as pd
+
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = "docs/results"
@@ -30,6 +33,8 @@ def key(kind: str, r) -> str:
 def verdicts(text: str | None, kind: str) -> dict[str, str] | None:
     """{row name: verdict} of one CSV's text ({} where there is none; None where it has no ``verdict``
     column: an archived table of another form, e.g. icl_cpu_2026-11-24's, which is not compared)."""
+    import pandas as pd
+
     if not text:
         return {}
     t = pd.read_csv(io.StringIO(text))
@@ -72,6 +77,8 @@ def changes(commit: str) -> pd.DataFrame:
             before, after = old.get(row, NONE), new.get(row, NONE)
             if before != after:
                 rows.append({"study": study, "kind": kind, "name": row, "old": before, "new": after})
+    import pandas as pd
+
     return pd.DataFrame(rows, columns=["study", "kind", "name", "old", "new"])
 
 

@@ -30,6 +30,7 @@ from ssa_repro.reports.kinds import early
 from ssa_repro.studies import engine, study
 from ssa_repro.tasks import curriculum
 from ssa_repro.training import trainer, validate
+from ssa_repro.training.run_state import TrainingRun
 from tests.conftest import make_cfg
 
 # the early-learning report's claims as early_cpu.yaml declares them (early_quick inherits them)
@@ -174,7 +175,7 @@ def test_a_seed_gives_every_scorer_the_same_initial_weights_and_batches(leg, dat
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         for job in todo:
             cfg = compose("train", overrides=list(job.overrides))
-            built.append((job.scorer, cfg, trainer.build(cfg, tmp_path / job.name)))
+            built.append((job.scorer, cfg, trainer.build(TrainingRun(cfg, tmp_path / job.name))))
     (_, cfg0, base), others = built[0], built[1:]
     tr = cfg0.train
     stage = curriculum.stage(cfg0.curriculum, 0)
@@ -194,7 +195,9 @@ def test_a_seed_gives_every_scorer_the_same_initial_weights_and_batches(leg, dat
     # and another seed differs
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         job0 = next(j for j in study.jobs(s, extra(data)) if j.group == leg and j.seed == 0)
-        seed0 = trainer.build(compose("train", overrides=list(job0.overrides)), tmp_path / "seed0")
+        seed0 = trainer.build(
+            TrainingRun(compose("train", overrides=list(job0.overrides)), tmp_path / "seed0")
+        )
     assert not all(torch.equal(v, seed0.model.state_dict()[k]) for k, v in weights.items())
 
 

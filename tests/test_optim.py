@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 from ssa_repro.config import TrainConfig
 from ssa_repro.models import build_model
 from ssa_repro.training.optim import build_optimizer, lr_at
+from ssa_repro.training.run_state import TrainingRun
 from tests.conftest import make_cfg
 
 
@@ -72,7 +73,9 @@ def test_grad_accum_logs_the_mean_of_its_micro_batch_losses(tmp_path):
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
 
-    s = trainer.build(make_cfg(*overrides), tmp_path / "by_hand")  # the same seed: same weights, prompts
+    s = trainer.build(
+        TrainingRun(make_cfg(*overrides), tmp_path / "by_hand")
+    )  # the same seed: same weights, prompts
     s.model.train()
     stage = curriculum.stage(cfg.curriculum, 0)
     with torch.no_grad():

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ssa_repro.tasks.base import Task
+from ssa_repro.training.run_state import TrainingRun
 from ssa_repro.training.trainer import build, train
 from tests.conftest import make_cfg
 
@@ -27,7 +28,7 @@ SIZE = ["model.n_layer=2", "model.n_head=2", "model.n_embd=16"]
 def initial(overrides, seed, tmp_path) -> dict[str, torch.Tensor]:
     """The initial weights training would start from (``trainer.build``: the seeding of a run)."""
     cfg = make_cfg(*SIZE, *overrides, f"seed={seed}")
-    return {k: v.clone() for k, v in build(cfg, tmp_path / "run").model.state_dict().items()}
+    return {k: v.clone() for k, v in build(TrainingRun(cfg, tmp_path / "run")).model.state_dict().items()}
 
 
 def shared(a: dict, b: dict) -> list[str]:

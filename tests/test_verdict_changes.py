@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 
+import pandas as pd
+
 from tests.conftest import ROOT
 
 
@@ -27,7 +29,7 @@ def test_rows_are_keyed_by_endpoint_and_test_or_claim_and_contrast():
 
 def test_the_table_names_old_and_new_and_marks_a_new_row():
     s = _script()
-    t = s.pd.DataFrame(
+    t = pd.DataFrame(
         [
             {"study": "x", "kind": "claims", "name": "c: a|b", "old": "yes", "new": "contradicted"},
             {"study": "x", "kind": "primary", "name": "e (confirmatory)", "old": s.NONE, "new": "yes"},
