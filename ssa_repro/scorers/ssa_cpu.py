@@ -1,0 +1,329 @@
+"""SSA's training attention on the CPU as one autograd node whose [B, H, T, S] work is two C loops.
+
+For q, k, v [B, H, T|S, D] float32, per head b > 0 (1/√D folded in) and n, and the logits z = q·kᵀ:
+
+    y = softmax_j( t(z) ) @ v,    t(z) = n·sgn(z)·log1p(b|z|)   (masked keys: the lowest float32)
+
+Forward: z by one bmm, then one C loop per row (t, its max, the exponentials, the normalisation: the row
+stays in L1), then y = w @ v; it keeps z and w. Backward, with g_w = g_y @ vᵀ, one C loop per row:
+
+    g_t = w ⊙ (g_w − ⟨g_w, w⟩)                    (softmax's backward)
+    r   = g_t·n / (1 + b|z|)
+    g_z = r·b,    ∂L/∂b_h = Σ r·z,    ∂L/∂n_h = Σ g_t·sgn(z)·log1p(b|z|)   (sums over the head's rows)
+
+then g_q = g_z @ k, g_k = g_zᵀ @ q, g_v = wᵀ @ g_y. Against :class:`~ssa_repro.scorers.ssa.SSAFoldedWeights`
+(the torch node, b folded into q) this drops about a dozen passes over [B, H, T, S] (each op of the
+torch node reads and writes the whole tensor), the b·q product and its backward, and the copies bmm
+makes of strided operands (here q, k, v are made contiguous once, as [B·H, T, D]).
+
+The loops are C (``SOURCE``), compiled at first use with the C compiler on PATH (``CC``, else cc, gcc,
+clang; ``-O3 -march=native``, well under a second) into a cache directory and loaded with ctypes, which
+releases the GIL: with torch's N > 1 threads the rows are split into N fixed chunks run on N threads,
+each with its own sums for b and n, added in chunk order (the same numbers run to run, so CPU resume
+stays bit-exact). exp and log are written out (Cephes' single-precision polynomials, about 1 ulp;
+``log1p`` by Goldberg's correction log(u)·a/(u − 1) of u = 1 + a), so the numbers do not depend on the C
+library. No compiler, a failed build, or ``FUSED = False``: :func:`library` returns None (one warning)
+and SSA trains through the torch node, with the same numbers to float32 rounding
+(tests/test_ssa_cpu.py checks both against the float64 formula).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import torch
+
+log = logging.getLogger(__name__)
+
+# False: SSA trains through the torch node (scripts/bench.py --scorers ssa ssa-node compares them)
+FUSED = True
+
+SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+#define LOWEST (-3.4028234663852886e38f)
+
+typedef union { float f; int32_t i; } pun;
+static inline float bits_to_float(int32_t i) { pun p; p.i = i; return p.f; }
+static inline int32_t float_to_bits(float f) { pun p; p.f = f; return p.i; }
+
+/* exp(x) for x <= 0 (Cephes expf, its range reduction x = k ln2 + r with k rounded to nearest by
+   adding 1.5 2^23, whose low bits then hold k), 0 below -87.3 (where float32's normal range ends) */
+static inline float exp_nonpositive(float x) {
+    float xc = x < -87.3f ? -87.3f : x;
+    float shifted = xc * 1.44269504088896341f + 12582912.0f;
+    float fx = shifted - 12582912.0f;
+    float r = xc - fx * 0.693359375f + fx * 2.12194440e-4f;
+    float z = r * r;
+    float y = 1.9875691500e-4f;
+    y = y * r + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * z + r + 1.0f;
+    float p = bits_to_float((float_to_bits(shifted) - 0x4B400000 + 127) << 23); /* 2^k */
+    return x < -87.3f ? 0.0f : y * p;
+}
+
+/* log(u) for finite u >= 1 (Cephes logf) */
+static inline float log_ge1(float u) {
+    int32_t i = float_to_bits(u);
+    float e = (float)((i >> 23) - 126);
+    float m = bits_to_float((i & 0x007fffff) | 0x3f000000); /* u = m 2^e, m in [0.5, 1) */
+    int low = m < 0.707106781186547524f;
+    e = low ? e - 1.0f : e;
+    m = low ? m + m - 1.0f : m - 1.0f;
+    float z = m * m;
+    float y = 7.0376836292e-2f;
+    y = y * m - 1.1514610310e-1f;
+    y = y * m + 1.1676998740e-1f;
+    y = y * m - 1.2420140846e-1f;
+    y = y * m + 1.4249322787e-1f;
+    y = y * m - 1.6668057665e-1f;
+    y = y * m + 2.0000714765e-1f;
+    y = y * m - 2.4999993993e-1f;
+    y = y * m + 3.3333331174e-1f;
+    y = y * m * z + e * -2.12194440e-4f - 0.5f * z;
+    return m + y + e * 0.693359375f;
+}
+
+/* log1p(a) for a >= 0: log(u)·a/(u - 1) with u = 1 + a rounded (Goldberg), a itself where u == 1 */
+static inline float log1p_nonnegative(float a) {
+    float u = 1.0f + a;
+    float d = u - 1.0f;
+    float l = log_ge1(u);
+    return d == 0.0f ? a : l * (a / d);
+}
+
+/* Rows [r0, r1) of z [R, S] (row r: query r % T of head (r / T) % H) -> w: softmax of
+   t = n_h sgn(z) log1p(b_h |z|), LOWEST where mask[r % T, j] == 0 (mask [T, S] or NULL). */
+void ssa_forward(const float *z, float *w, const float *b, const float *n, const uint8_t *mask,
+                 int64_t r0, int64_t r1, int64_t T, int64_t H, int64_t S) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *zr = z + r * S;
+        float *wr = w + r * S;
+        const int64_t h = (r / T) % H;
+        const float bh = b[h], nh = n[h];
+#pragma omp simd
+        for (int64_t j = 0; j < S; j++) wr[j] = nh * copysignf(log1p_nonnegative(bh * fabsf(zr[j])), zr[j]);
+        float mx = LOWEST;
+        if (mask) {
+            const uint8_t *mr = mask + (r % T) * S;
+#pragma omp simd reduction(max:mx)
+            for (int64_t j = 0; j < S; j++) {
+                float t = mr[j] ? wr[j] : LOWEST;
+                wr[j] = t;
+                mx = t > mx ? t : mx;
+            }
+        } else {
+#pragma omp simd reduction(max:mx)
+            for (int64_t j = 0; j < S; j++) mx = wr[j] > mx ? wr[j] : mx;
+        }
+#pragma omp simd
+        for (int64_t j = 0; j < S; j++) wr[j] = exp_nonpositive(wr[j] - mx);
+        float sum = 0.0f;
+#pragma omp simd reduction(+:sum)
+        for (int64_t j = 0; j < S; j++) sum += wr[j];
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (int64_t j = 0; j < S; j++) wr[j] *= inv;
+    }
+}
+
+/* Rows [r0, r1): g (g_w in) <- g_z = b r, r = g_t n / (1 + b|z|), g_t = w (g_w - <g_w, w>);
+   gb[h] += sum r z, gn[h] += sum g_t sgn(z) log1p(b|z|) (double, over the chunk's rows). */
+void ssa_backward(float *g, const float *w, const float *z, const float *b, const float *n,
+                  double *gb, double *gn, int64_t r0, int64_t r1, int64_t T, int64_t H, int64_t S) {
+    for (int64_t r = r0; r < r1; r++) {
+        float *gr = g + r * S;
+        const float *wr = w + r * S;
+        const float *zr = z + r * S;
+        const int64_t h = (r / T) % H;
+        const float bh = b[h], nh = n[h];
+        float dot = 0.0f;
+#pragma omp simd reduction(+:dot)
+        for (int64_t j = 0; j < S; j++) dot += gr[j] * wr[j];
+        float acc_b = 0.0f, acc_n = 0.0f;
+#pragma omp simd reduction(+:acc_b, acc_n)
+        for (int64_t j = 0; j < S; j++) {
+            float gt = wr[j] * (gr[j] - dot);
+            float a = bh * fabsf(zr[j]);
+            float rr = gt * nh / (1.0f + a);
+            acc_n += gt * copysignf(log1p_nonnegative(a), zr[j]);
+            acc_b += rr * zr[j];
+            gr[j] = rr * bh;
+        }
+        gb[h] += acc_b;
+        gn[h] += acc_n;
+    }
+}
+"""
+
+FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared"]
+
+_lock = threading.Lock()
+_state: dict = {}  # "lib": the loaded library, or "error": why there is none (decided once per process)
+
+
+def c_compiler() -> str | None:
+    """The C compiler on PATH: ``CC``, else cc, gcc or clang; None if there is none."""
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and (path := shutil.which(name)):
+            return path
+    return None
+
+
+def cache_dir() -> str:
+    """Where the built library is kept: $SSA_REPRO_CACHE, else <tmp>/ssa_repro_<user> (like inductor's)."""
+    user = os.environ.get("USER") or str(os.getuid() if hasattr(os, "getuid") else "user")
+    return os.environ.get("SSA_REPRO_CACHE") or os.path.join(tempfile.gettempdir(), f"ssa_repro_{user}")
+
+
+def _build() -> ctypes.CDLL:
+    cc = c_compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler on PATH (CC, cc, gcc, clang)")
+    key = hashlib.sha256((SOURCE + " ".join([cc, *FLAGS])).encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir(), f"ssa_cpu_{key}.so")
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as tmp:
+            src, out = os.path.join(tmp, "ssa_cpu.c"), os.path.join(tmp, "ssa_cpu.so")
+            with open(src, "w") as f:
+                f.write(SOURCE)
+            run = subprocess.run([cc, *FLAGS, "-o", out, src, "-lm"], capture_output=True, text=True)
+            if run.returncode != 0:
+                raise RuntimeError(f"{cc} failed: {(run.stderr.strip().splitlines() or [''])[0][:200]}")
+            os.replace(out, path)  # atomic: concurrent processes build the same file
+    lib = ctypes.CDLL(path)
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    lib.ssa_forward.argtypes = [p, p, p, p, p, i, i, i, i, i]
+    lib.ssa_backward.argtypes = [p, p, p, p, p, p, p, i, i, i, i, i]
+    lib.ssa_forward.restype = lib.ssa_backward.restype = None
+    return lib
+
+
+def library():
+    """The compiled loops (built on the first call of the process), or None with one warning saying why."""
+    if not FUSED:
+        return None
+    with _lock:
+        if not _state:
+            try:
+                _state["lib"] = _build()
+            except Exception as e:  # no compiler, a failed build or load: the torch node
+                _state["error"] = f"{type(e).__name__}: {e}"
+                log.warning(
+                    "SSA's fused CPU node is off (%s); training through the torch node", _state["error"]
+                )
+        return _state.get("lib")
+
+
+def applies(q, k, v, mask, bias) -> bool:
+    """Whether :class:`SSAFusedAttention` takes this training call: CPU float32 q, k, v (no autocast), a
+    [T, S] mask or none, no additive bias, not inside torch.compile (dynamo cannot trace ctypes), and
+    the library built."""
+    if q.device.type != "cpu" or bias is not None or torch.compiler.is_compiling():
+        return False
+    if any(x.dtype != torch.float32 for x in (q, k, v)) or torch.is_autocast_enabled("cpu"):
+        return False
+    if mask is not None and (mask.dim() != 2 or mask.shape != (q.shape[-2], k.shape[-2])):
+        return False
+    return library() is not None
+
+
+def _chunks(rows: int) -> list[tuple[int, int]]:
+    """Rows split into torch.get_num_threads() fixed chunks (fixed: the sums for b and n are added in
+    chunk order, so a run's numbers do not depend on which thread finished first)."""
+    parts = max(1, min(torch.get_num_threads(), rows // 64))
+    step = -(-rows // parts)
+    return [(r, min(rows, r + step)) for r in range(0, rows, step)]
+
+
+def _run(calls: list) -> None:
+    """Each callable on its own thread (ctypes releases the GIL), or in this thread if there is one."""
+    if len(calls) == 1:
+        calls[0]()
+        return
+    threads = [threading.Thread(target=c) for c in calls]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
+class SSAFusedAttention(torch.autograd.Function):
+    """y = softmax_j(t(q·kᵀ)) @ v with t(z) = n·sgn(z)·log1p(b|z|) (see the module docstring): q, k, v
+    [B, H, T|S, D] float32 (any strides), b and n [H|1, 1, 1] with b > 0 (1/√D folded into b), mask bool
+    [T, S] (True = visible) or None -> [B, H, T, D]."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, b, n, mask):
+        lib = library()
+        bsz, h, t, d = q.shape
+        s = k.shape[2]
+        qc, kc, vc = (x.contiguous().view(bsz * h, -1, d) for x in (q, k, v))  # [B·H, T|S, D]
+        z = torch.bmm(qc, kc.transpose(1, 2))  # [B·H, T, S] raw logits q·kᵀ
+        bh, nh = (x.detach().reshape(-1).expand(h).contiguous() for x in (b, n))  # [H] float32
+        m = None if mask is None else mask.to(torch.uint8).contiguous()  # [T, S]
+        w = torch.empty_like(z)
+        args = (bh.data_ptr(), nh.data_ptr(), None if m is None else m.data_ptr())
+        _run(
+            [
+                lambda r=r: lib.ssa_forward(z.data_ptr(), w.data_ptr(), *args, *r, t, h, s)
+                for r in _chunks(bsz * h * t)
+            ]
+        )
+        y = torch.bmm(w, vc)  # [B·H, T, D]
+        ctx.save_for_backward(qc, kc, vc, z, w, bh, nh)
+        ctx.shapes = b.shape, n.shape
+        return y.view(bsz, h, t, d)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, gy):
+        qc, kc, vc, z, w, bh, nh = ctx.saved_tensors
+        lib = library()
+        bht, t, s = w.shape
+        h = bh.shape[0]
+        gy = gy.contiguous().view(bht, t, -1)  # [B·H, T, D]
+        gw = torch.bmm(gy, vc.transpose(1, 2))  # [B·H, T, S]: g_z in place below
+        gv = torch.bmm(w.transpose(1, 2), gy)
+        chunks = _chunks(bht * t)
+        sums = torch.zeros(len(chunks), 2, h, dtype=torch.float64)  # per chunk: (Σ for b, Σ for n) per head
+
+        def chunk(i, r):
+            p = sums[i].data_ptr()
+            lib.ssa_backward(
+                gw.data_ptr(),
+                w.data_ptr(),
+                z.data_ptr(),
+                bh.data_ptr(),
+                nh.data_ptr(),
+                p,
+                p + 8 * h,
+                *r,
+                t,
+                h,
+                s,
+            )
+
+        _run([lambda i=i, r=r: chunk(i, r) for i, r in enumerate(chunks)])
+        gq = torch.bmm(gw, kc)
+        gk = torch.bmm(gw.transpose(1, 2), qc)
+        total = sums.sum(0).to(torch.float32)  # [2, H]: chunks added in order
+        b_shape, n_shape = ctx.shapes
+        gb = total[0].view(-1, 1, 1).sum_to_size(b_shape) if ctx.needs_input_grad[3] else None
+        gn = total[1].view(-1, 1, 1).sum_to_size(n_shape) if ctx.needs_input_grad[4] else None
+        shape = (-1, h, t, gq.shape[-1])
+        return gq.view(shape), gk.view(-1, h, s, gk.shape[-1]), gv.view(-1, h, s, gv.shape[-1]), gb, gn, None
