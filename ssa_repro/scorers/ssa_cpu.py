@@ -242,88 +242,107 @@ def applies(q, k, v, mask, bias) -> bool:
     return library() is not None
 
 
-def _chunks(rows: int) -> list[tuple[int, int]]:
-    """Rows split into torch.get_num_threads() fixed chunks (fixed: the sums for b and n are added in
-    chunk order, so a run's numbers do not depend on which thread finished first)."""
-    parts = max(1, min(torch.get_num_threads(), rows // 64))
-    step = -(-rows // parts)
-    return [(r, min(rows, r + step)) for r in range(0, rows, step)]
+def _batch_chunks(bsz: int) -> list[tuple[int, int]]:
+    """Batch entries split into torch.get_num_threads() fixed chunks (fixed: the sums for b and n are
+    added in chunk order, so a run's numbers do not depend on which thread finished first)."""
+    parts = max(1, min(torch.get_num_threads(), bsz))
+    step = -(-bsz // parts)
+    return [(i, min(bsz, i + step)) for i in range(0, bsz, step)]
 
 
-def _run(calls: list) -> None:
-    """Each callable on its own thread (ctypes releases the GIL), or in this thread if there is one."""
-    if len(calls) == 1:
-        calls[0]()
+def _over_batch(fn, bsz: int) -> None:
+    """``fn(i, b0, b1)`` for the chunks [b0, b1) of the batch, each on its own thread running one intra-op
+    thread: the whole attention of a chunk (copies, bmm, C loops) is one parallel region, not one per
+    operation (each of which waits for the slowest thread: slow whenever the machine is shared, as
+    ssa.blocked_inference measured). One thread, or one chunk: in this thread."""
+    chunks = _batch_chunks(bsz)
+    if len(chunks) == 1:
+        fn(0, *chunks[0])
         return
-    threads = [threading.Thread(target=c) for c in calls]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    threads, errors = torch.get_num_threads(), []
+
+    def worker(i, b0, b1):
+        torch.set_num_threads(1)
+        try:
+            with torch.no_grad():
+                fn(i, b0, b1)
+        except BaseException as e:  # re-raised in the calling thread
+            errors.append(e)
+
+    pool = [threading.Thread(target=worker, args=(i, *c)) for i, c in enumerate(chunks)]
+    try:
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+    finally:
+        torch.set_num_threads(threads)  # set_num_threads also sets what new threads start with
+    if errors:
+        raise errors[0]
 
 
 class SSAFusedAttention(torch.autograd.Function):
     """y = softmax_j(t(q·kᵀ)) @ v with t(z) = n·sgn(z)·log1p(b|z|) (see the module docstring): q, k, v
     [B, H, T|S, D] float32 (any strides), b and n [H|1, 1, 1] with b > 0 (1/√D folded into b), mask bool
-    [T, S] (True = visible) or None -> [B, H, T, D]."""
+    [T, S] (True = visible) or None -> [B, H, T, D]. With torch's N > 1 threads the batch is split into N
+    chunks, each computed whole on one thread (:func:`_over_batch`)."""
 
     @staticmethod
     def forward(ctx, q, k, v, b, n, mask):
         lib = library()
         bsz, h, t, d = q.shape
         s = k.shape[2]
-        qc, kc, vc = (x.contiguous().view(bsz * h, -1, d) for x in (q, k, v))  # [B·H, T|S, D]
-        z = torch.bmm(qc, kc.transpose(1, 2))  # [B·H, T, S] raw logits q·kᵀ
+        qc, kc, vc = (torch.empty(bsz, h, x.shape[2], d, dtype=x.dtype) for x in (q, k, v))  # contiguous
+        z = torch.empty(bsz, h, t, s, dtype=q.dtype)  # raw logits q·kᵀ
+        w, y = torch.empty_like(z), torch.empty(bsz, h, t, d, dtype=q.dtype)
         bh, nh = (x.detach().reshape(-1).expand(h).contiguous() for x in (b, n))  # [H] float32
         m = None if mask is None else mask.to(torch.uint8).contiguous()  # [T, S]
-        w = torch.empty_like(z)
         args = (bh.data_ptr(), nh.data_ptr(), None if m is None else m.data_ptr())
-        _run(
-            [
-                lambda r=r: lib.ssa_forward(z.data_ptr(), w.data_ptr(), *args, *r, t, h, s)
-                for r in _chunks(bsz * h * t)
-            ]
-        )
-        y = torch.bmm(w, vc)  # [B·H, T, D]
+
+        def chunk(i, b0, b1):  # batch entries [b0, b1): rows [b0·H·T, b1·H·T) of z and w
+            qi, ki, vi = (
+                c[b0:b1].copy_(x[b0:b1]).view(-1, x.shape[2], d) for c, x in ((qc, q), (kc, k), (vc, v))
+            )
+            zi, wi = z[b0:b1].view(-1, t, s), w[b0:b1].view(-1, t, s)
+            torch.bmm(qi, ki.transpose(1, 2), out=zi)
+            lib.ssa_forward(z.data_ptr(), w.data_ptr(), *args, b0 * h * t, b1 * h * t, t, h, s)
+            torch.bmm(wi, vi, out=y[b0:b1].view(-1, t, d))
+
+        _over_batch(chunk, bsz)
         ctx.save_for_backward(qc, kc, vc, z, w, bh, nh)
         ctx.shapes = b.shape, n.shape
-        return y.view(bsz, h, t, d)
+        return y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, gy):
         qc, kc, vc, z, w, bh, nh = ctx.saved_tensors
         lib = library()
-        bht, t, s = w.shape
-        h = bh.shape[0]
-        gy = gy.contiguous().view(bht, t, -1)  # [B·H, T, D]
-        gw = torch.bmm(gy, vc.transpose(1, 2))  # [B·H, T, S]: g_z in place below
-        gv = torch.bmm(w.transpose(1, 2), gy)
-        chunks = _chunks(bht * t)
+        bsz, h, t, s = w.shape
+        d = qc.shape[-1]
+        gw = torch.empty_like(w)  # g_w, then g_z in place
+        gq, gk, gv = torch.empty_like(qc), torch.empty_like(kc), torch.empty_like(vc)
+        gyc = torch.empty_like(gq)
+        chunks = _batch_chunks(bsz)
         sums = torch.zeros(len(chunks), 2, h, dtype=torch.float64)  # per chunk: (Σ for b, Σ for n) per head
 
-        def chunk(i, r):
+        def chunk(i, b0, b1):
+            gyi = gyc[b0:b1].copy_(gy[b0:b1]).view(-1, t, d)
+            wi, gwi = w[b0:b1].view(-1, t, s), gw[b0:b1].view(-1, t, s)
+            vi, ki, qi = (x[b0:b1].view(-1, x.shape[2], d) for x in (vc, kc, qc))
+            torch.bmm(gyi, vi.transpose(1, 2), out=gwi)
+            torch.bmm(wi.transpose(1, 2), gyi, out=gv[b0:b1].view(-1, s, d))
             p = sums[i].data_ptr()
             lib.ssa_backward(
-                gw.data_ptr(),
-                w.data_ptr(),
-                z.data_ptr(),
-                bh.data_ptr(),
-                nh.data_ptr(),
-                p,
-                p + 8 * h,
-                *r,
-                t,
-                h,
-                s,
-            )
+                gw.data_ptr(), w.data_ptr(), z.data_ptr(), bh.data_ptr(), nh.data_ptr(), p, p + 8 * h,
+                b0 * h * t, b1 * h * t, t, h, s,
+            )  # fmt: skip
+            torch.bmm(gwi, ki, out=gq[b0:b1].view(-1, t, d))
+            torch.bmm(gwi.transpose(1, 2), qi, out=gk[b0:b1].view(-1, s, d))
 
-        _run([lambda i=i, r=r: chunk(i, r) for i, r in enumerate(chunks)])
-        gq = torch.bmm(gw, kc)
-        gk = torch.bmm(gw.transpose(1, 2), qc)
+        _over_batch(chunk, bsz)
         total = sums.sum(0).to(torch.float32)  # [2, H]: chunks added in order
         b_shape, n_shape = ctx.shapes
         gb = total[0].view(-1, 1, 1).sum_to_size(b_shape) if ctx.needs_input_grad[3] else None
         gn = total[1].view(-1, 1, 1).sum_to_size(n_shape) if ctx.needs_input_grad[4] else None
-        shape = (-1, h, t, gq.shape[-1])
-        return gq.view(shape), gk.view(-1, h, s, gk.shape[-1]), gv.view(-1, h, s, gv.shape[-1]), gb, gn, None
+        return gq, gk, gv, gb, gn, None
