@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 
 # False: SSA trains through the torch node (scripts/bench.py --scorers ssa ssa-node compares them)
 FUSED = True
+CHUNK_THREADS = True
 
 SOURCE = r"""
 #include <stdint.h>
@@ -245,40 +247,40 @@ def applies(q, k, v, mask, bias) -> bool:
 def _batch_chunks(bsz: int) -> list[tuple[int, int]]:
     """Batch entries split into torch.get_num_threads() fixed chunks (fixed: the sums for b and n are
     added in chunk order, so a run's numbers do not depend on which thread finished first)."""
-    parts = max(1, min(torch.get_num_threads(), bsz))
+    parts = max(1, min(torch.get_num_threads(), bsz)) if CHUNK_THREADS else 1
     step = -(-bsz // parts)
     return [(i, min(bsz, i + step)) for i in range(0, bsz, step)]
 
 
 def _over_batch(fn, bsz: int) -> None:
-    """``fn(i, b0, b1)`` for the chunks [b0, b1) of the batch, each on its own thread running one intra-op
-    thread: the whole attention of a chunk (copies, bmm, C loops) is one parallel region, not one per
-    operation (each of which waits for the slowest thread: slow whenever the machine is shared, as
-    ssa.blocked_inference measured). One thread, or one chunk: in this thread."""
+    """``fn(i, b0, b1)`` for the chunks [b0, b1) of the batch, each on a worker thread running one
+    intra-op thread: the whole attention of a chunk (copies, bmm, C loops) is one parallel region, not
+    one per operation (each of which waits for the slowest thread: slow whenever the machine is shared,
+    as ssa.blocked_inference measured). The workers are kept (one pool per thread count): a new thread
+    would pay BLAS's per-thread set-up at every call. One chunk: in this thread."""
     chunks = _batch_chunks(bsz)
     if len(chunks) == 1:
         fn(0, *chunks[0])
         return
-    threads, errors = torch.get_num_threads(), []
 
-    def worker(i, b0, b1):
-        torch.set_num_threads(1)
-        try:
-            with torch.no_grad():
-                fn(i, b0, b1)
-        except BaseException as e:  # re-raised in the calling thread
-            errors.append(e)
+    def task(i, b0, b1):
+        with torch.no_grad():  # grad mode is per thread
+            fn(i, b0, b1)
 
-    pool = [threading.Thread(target=worker, args=(i, *c)) for i, c in enumerate(chunks)]
-    try:
-        for th in pool:
-            th.start()
-        for th in pool:
-            th.join()
-    finally:
-        torch.set_num_threads(threads)  # set_num_threads also sets what new threads start with
-    if errors:
-        raise errors[0]
+    for f in [_pool(len(chunks)).submit(task, i, *c) for i, c in enumerate(chunks)]:
+        f.result()  # re-raises a worker's error here
+
+
+_pools: dict = {}
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    with _lock:
+        if workers not in _pools:
+            _pools[workers] = ThreadPoolExecutor(
+                workers, thread_name_prefix="ssa-cpu", initializer=torch.set_num_threads, initargs=(1,)
+            )
+        return _pools[workers]
 
 
 class SSAFusedAttention(torch.autograd.Function):
