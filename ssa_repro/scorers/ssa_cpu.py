@@ -43,8 +43,10 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# False: SSA trains through the torch node (scripts/bench.py --scorers ssa ssa-node compares them)
+# False: SSA trains through the torch node (scripts/bench.py --torch-node compares them)
 FUSED = True
+# False: with N > 1 threads, one chunk in the calling thread (the bmm's on torch's N intra-op threads, the
+# C loops on one), for comparing against the pooled batch chunks (docs/performance_log.md)
 CHUNK_THREADS = True
 
 SOURCE = r"""
