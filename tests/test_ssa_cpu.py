@@ -180,3 +180,31 @@ def test_torch_node_reference_agrees_with_formula():
     mask = torch.ones(6, 6, dtype=torch.bool).tril()
     w = SSAFoldedWeights.apply(b * (q @ k.transpose(-2, -1)), n, mask)
     torch.testing.assert_close(w @ v, formula(q, k, v, b, n, mask))
+
+
+def _two_thread_step(_=None):
+    torch.set_num_threads(2)
+    q = torch.randn(8, 4, 20, 16, requires_grad=True)
+    y = ssa_cpu.SSAFusedAttention.apply(q, q, q, torch.full((4, 1, 1), 0.3), torch.full((4, 1, 1), 1.5), None)
+    y.sum().backward()
+    return bool(torch.isfinite(q.grad).all())
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork on this platform")
+def test_a_forked_child_gets_its_own_thread_pool():
+    """The batch chunks' pool is per process: a child forked after the parent used it (DataLoader
+    workers, multiprocessing) runs the node instead of waiting on its parent's threads."""
+    import multiprocessing
+
+    old = torch.get_num_threads()
+    try:
+        assert _two_thread_step()
+        child = multiprocessing.get_context("fork").Process(target=_two_thread_step)
+        child.start()
+        child.join(timeout=120)
+        alive = child.is_alive()
+        if alive:
+            child.kill()
+        assert not alive and child.exitcode == 0
+    finally:
+        torch.set_num_threads(old)

@@ -277,12 +277,15 @@ _pools: dict = {}
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
+    """The pool of ``workers`` threads of this process (keyed by pid too: a forked child has none of its
+    parent's threads, and would wait forever on a pool it inherited)."""
+    key = os.getpid(), workers
     with _lock:
-        if workers not in _pools:
-            _pools[workers] = ThreadPoolExecutor(
+        if key not in _pools:
+            _pools[key] = ThreadPoolExecutor(
                 workers, thread_name_prefix="ssa-cpu", initializer=torch.set_num_threads, initargs=(1,)
             )
-        return _pools[workers]
+        return _pools[key]
 
 
 class SSAFusedAttention(torch.autograd.Function):
