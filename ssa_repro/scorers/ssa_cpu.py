@@ -33,6 +33,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -193,11 +194,25 @@ def cache_dir() -> str:
     return os.environ.get("SSA_REPRO_CACHE") or os.path.join(tempfile.gettempdir(), f"ssa_repro_{user}")
 
 
+def host_cpu() -> str:
+    """What ``-march=native`` builds for: the architecture and the CPU's model and feature flags (Linux's
+    /proc/cpuinfo; elsewhere the platform's processor string). Part of the cache key, so that a cache
+    directory shared by machines of different CPUs (``SSA_REPRO_CACHE`` on a cluster's shared disk) never
+    hands one machine a library built for instructions it lacks."""
+    found = {platform.machine(), platform.processor()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            found |= {ln.strip() for ln in f if ln.startswith(("model name", "flags", "Features", "CPU part"))}
+    except OSError:
+        pass
+    return "\n".join(sorted(found))
+
+
 def _build() -> ctypes.CDLL:
     cc = c_compiler()
     if cc is None:
         raise RuntimeError("no C compiler on PATH (CC, cc, gcc, clang)")
-    key = hashlib.sha256((SOURCE + " ".join([cc, *FLAGS])).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\0".join([SOURCE, cc, *FLAGS, host_cpu()]).encode()).hexdigest()[:16]
     path = os.path.join(cache_dir(), f"ssa_cpu_{key}.so")
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
