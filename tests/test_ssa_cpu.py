@@ -171,6 +171,24 @@ def test_a_failing_build_falls_back(monkeypatch, tmp_path, caplog):
     assert not ssa_cpu.applies(*(torch.randn(1, 1, 2, 2),) * 3, None, None)
 
 
+def test_the_build_cache_is_kept_per_cpu(monkeypatch, tmp_path):
+    """-march=native builds for the CPU it runs on: a cache shared by machines of other CPUs (here two
+    pretended ones) holds one library each and never hands one CPU the other's; the same CPU reuses its."""
+    if ssa_cpu.c_compiler() is None:
+        pytest.skip("no C compiler on PATH")
+    monkeypatch.setenv("SSA_REPRO_CACHE", str(tmp_path))
+    built = []
+    for cpu in (
+        "model name : A\nflags : sse2",
+        "model name : B\nflags : sse2 avx512f",
+        "model name : A\nflags : sse2",
+    ):
+        monkeypatch.setattr(ssa_cpu, "host_cpu", lambda cpu=cpu: cpu)
+        ssa_cpu._build()
+        built.append(sorted(p.name for p in tmp_path.glob("*.so")))
+    assert len(built[0]) == 1 and len(built[1]) == 2 and built[2] == built[1]
+
+
 def test_torch_node_reference_agrees_with_formula():
     """The torch node this file compares against is itself the formula (float64), so the comparison above
     is to an independent reference twice over."""
