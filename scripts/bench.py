@@ -14,7 +14,8 @@ Training step (forward + backward + Adam), batch 64, 41 examples (82 tokens), th
 curriculum prompt. Variants run interleaved (one step of each in turn), so drifts in machine load hit
 every variant alike; medians are reported.
 
-- ``ours``: ``ssa_repro`` models (softmax through SDPA, SSA through its fused autograd node).
+- ``ours``: ``ssa_repro`` models (softmax through SDPA, SSA through its fused autograd node: on a CPU its C
+  loops, ssa_repro/scorers/ssa_cpu.py; ``--torch-node`` adds ``ours-torchnode``, SSA through the torch node).
 - ``ours@<pos>`` (``--pos``): the same with ``model.pos=<pos>`` (ssa_repro/models/positions/); the
   column "vs ours-<first scorer>" is then the cost relative to that scorer with learned positions.
 - ``hf``: the field's setup (Garg et al.; the SSA authors' ICL code): HuggingFace ``GPT2Model`` with the
@@ -89,6 +90,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-flex", action="store_true", help="without the FlexAttention rows on CUDA")
     p.add_argument(
+        "--torch-node",
+        action="store_true",
+        help="also time SSA through its torch node (ours-torchnode: ssa_cpu.FUSED off), beside the fused CPU node",
+    )
+    p.add_argument(
         "--lengths", nargs="+", type=int, default=None, help="--kernel: the lengths T (default 82 256 1024)"
     )
     return p
@@ -103,7 +109,7 @@ from torch import nn  # noqa: E402
 
 from ssa_repro.models import attention, build_model, count_parameters  # noqa: E402
 from ssa_repro.models.positions import POSITIONS  # noqa: E402
-from ssa_repro.scorers import SCORERS, ssa  # noqa: E402
+from ssa_repro.scorers import SCORERS, ssa, ssa_cpu  # noqa: E402
 from ssa_repro.scorers.base import masked_softmax  # noqa: E402
 from ssa_repro.scorers.ssa import ssa_transform  # noqa: E402
 from ssa_repro.tasks import build_task  # noqa: E402
@@ -221,8 +227,9 @@ def make_step(size, impl, scorer, device, batch, n_points, bf16=False):
     bf16 = bf16 or impl == "ours-bf16"
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
-    # ours-node: auto without the Triton kernel (attention.AUTO_TRITON off during its steps only)
-    node = _auto_triton_off if impl == "ours-node" else contextlib.nullcontext
+    # ours-node: auto without the Triton kernel (attention.AUTO_TRITON off during its steps only);
+    # ours-torchnode: SSA without its fused CPU node (ssa_cpu.FUSED off during its steps only)
+    node = {"ours-node": _auto_triton_off, "ours-torchnode": _torch_node}.get(impl, contextlib.nullcontext)
 
     def step():
         b = task.sample(batch, n_points, gen, device)
@@ -246,6 +253,15 @@ def _auto_triton_off():
         yield
     finally:
         attention.AUTO_TRITON = old
+
+
+@contextlib.contextmanager
+def _torch_node():
+    old, ssa_cpu.FUSED = ssa_cpu.FUSED, False
+    try:
+        yield
+    finally:
+        ssa_cpu.FUSED = old
 
 
 def time_variants(variants: dict, reps: int, device) -> tuple[dict, dict]:
@@ -276,6 +292,8 @@ def train_table(size, args, device, peak) -> None:
         names += [("ours-compile", s) for s in args.scorers]
         if device.type == "cuda":  # CUDA graphs exist on CUDA only (on a CPU the mode compiles as true)
             names += [("ours-cudagraph", s) for s in args.scorers]
+    if args.torch_node:
+        names += [("ours-torchnode", s) for s in args.scorers if s.startswith("ssa")]
     if args.bf16_rows and not args.bf16:
         names += [("ours-bf16", s) for s in args.scorers]
     if device.type == "cuda" and not args.no_flex:

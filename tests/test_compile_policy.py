@@ -1,5 +1,5 @@
-"""train.compile: auto's decision (device, scorer, steps, width, compiler) and the eager fallback of a
-compile that fails (ssa_repro/training/compile_policy.py)."""
+"""train.compile: auto's decision (device, scorer, steps, width, compiler, SSA's fused CPU node) and the
+eager fallback of a compile that fails (ssa_repro/training/compile_policy.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,24 @@ import logging
 import pytest
 import torch
 
+from ssa_repro.scorers import ssa_cpu
 from ssa_repro.training import compile_policy
 from ssa_repro.training.compile_policy import AUTO_MAX_WIDTH_CPU, AUTO_MIN_STEPS, EagerFallback, decide
 from tests.conftest import make_cfg
 
 CPU_STEPS = AUTO_MIN_STEPS["cpu"]
 CUDA_STEPS = AUTO_MIN_STEPS["cuda"]
+
+
+@pytest.fixture
+def without_fused_node(monkeypatch):
+    """SSA's fused CPU node not built (no C compiler, a failed build): auto decides by the thresholds."""
+    monkeypatch.setattr(ssa_cpu, "library", lambda: None)
+
+
+@pytest.fixture
+def with_fused_node(monkeypatch):
+    monkeypatch.setattr(ssa_cpu, "library", lambda: object())
 
 
 def test_thresholds_are_the_documented_ones():
@@ -43,6 +55,7 @@ def test_thresholds_are_the_documented_ones():
         (True, "cpu", "softmax", 1, 16, True),
     ],
 )
+@pytest.mark.usefixtures("without_fused_node")
 def test_decision(setting, device, scorer, steps, width, expected):
     d = decide(setting, device_type=device, scorer=scorer, steps=steps, width=width)
     assert d.compile is expected
@@ -51,6 +64,7 @@ def test_decision(setting, device, scorer, steps, width, expected):
     assert d.mode == ("reduce-overhead" if expected and setting == "reduce-overhead" else None)
 
 
+@pytest.mark.usefixtures("without_fused_node")
 def test_decision_names_its_reason():
     cpu = dict(device_type="cpu", scorer="ssa", width=64)
     assert "train.steps=1999 < 2000" in decide("auto", steps=1999, **cpu).reason
@@ -61,11 +75,27 @@ def test_decision_names_its_reason():
     )
 
 
+@pytest.mark.usefixtures("with_fused_node")
+def test_auto_trains_ssa_eagerly_through_its_fused_cpu_node():
+    """With the fused CPU node built, auto never compiles SSA on a CPU (eager is as fast from the first
+    step); CUDA, softmax and an explicit true are decided as before."""
+    for steps in (CPU_STEPS, 4000, 10**6):
+        d = decide("auto", device_type="cpu", scorer="ssa", steps=steps, width=64)
+        assert not d.compile and "fused CPU node" in d.reason and d.reason.startswith("train.compile=auto: ")
+    assert decide("auto", device_type="cuda", scorer="ssa", steps=CUDA_STEPS, width=256).compile
+    assert decide("true", device_type="cpu", scorer="ssa", steps=10, width=64).compile
+    assert (
+        "fused CPU node"
+        not in decide("auto", device_type="cpu", scorer="softmax", steps=10**6, width=64).reason
+    )
+
+
 def test_unknown_setting_is_refused():
     with pytest.raises(ValueError, match=r"train.compile='maybe': expected one of auto, true, false"):
         decide("maybe", device_type="cpu", scorer="ssa", steps=10, width=64)
 
 
+@pytest.mark.usefixtures("without_fused_node")
 def test_no_compiler_trains_eagerly_whatever_was_asked(monkeypatch):
     """No C++ compiler for inductor (CPU) or C compiler for Triton (CUDA): eager, saying why."""
     from torch._inductor import config as inductor_config
@@ -137,6 +167,7 @@ def test_tiny_runs_do_not_compile(tmp_path, monkeypatch):
     assert not build(TrainingRun(cfg, tmp_path / "r")).compiled
 
 
+@pytest.mark.usefixtures("without_fused_node")
 def test_auto_compiles_a_long_ssa_run_in_the_trainer(tmp_path, monkeypatch):
     """auto reaches torch.compile from the trainer for a long CPU SSA run, and not for a wide one (a spy
     that returns the model uncompiled; only the start is built, no step is trained)."""

@@ -25,8 +25,10 @@ Presets (conf/scorer/): ``ssa`` (learnable b and n per head), ``ssa_n1.5`` and `
 the paper's BabyBERTa runs), ``ssa_nanogpt`` (per layer, exp, b = e, n = e^0.4 ≈ 1.49, both learnable)
 and ``ssa_triton`` (per layer, raw, n = 1.5 learnable, b = 0.8 fixed).
 
-Training goes through one autograd node with a hand-written backward: :class:`SSAFoldedWeights` where
-b > 0 (param=constrained and exp: b folded into q), :class:`SSAWeights` for param=raw; inference on the
+Training goes through one autograd node with a hand-written backward: on a CPU with b > 0 (float32, no
+additive bias), :class:`~ssa_repro.scorers.ssa_cpu.SSAFusedAttention` (q, k, v -> output, its [B, H, T, S]
+work in two C loops built at first use); else :class:`SSAFoldedWeights` where b > 0 (param=constrained
+and exp: b folded into q), :class:`SSAWeights` for param=raw; inference on the
 CPU (nothing requires a gradient) through :func:`blocked_inference` (query blocks, in place, the causal
 upper triangle skipped, blocks spread over threads); the plain autograd path (``forward``) serves
 attention maps and ``model.attn_impl=eager``. With b = 1/m, n = m, m -> ∞, SSA tends to softmax. Unlike softmax it is not shift-invariant.
@@ -43,6 +45,7 @@ import torch
 from torch import nn
 
 from ssa_repro.core.enums import value_of
+from ssa_repro.scorers import ssa_cpu
 from ssa_repro.scorers.base import Scorer, ScorerConfig, at_least_float32, masked_softmax, param_or_buffer
 from ssa_repro.scorers.registry import SCORERS
 
@@ -285,6 +288,9 @@ def inverse_softplus(y: float) -> float:
 @SCORERS.register("ssa", schema=SSAConfig)
 class SSA(Scorer):
     attention_tensors = 3  # the training node keeps three [B, H, T, S] tensors: 1 + |z| (or x), t and w
+    # CPU training goes through ssa_cpu.SSAFusedAttention when its C loops are built: train.compile=auto
+    # then trains eagerly (ssa_repro/training/compile_policy.py)
+    fused_cpu_node = True
 
     def __init__(self, cfg, n_head: int):
         super().__init__(cfg, n_head)
@@ -348,6 +354,8 @@ class SSA(Scorer):
             causal = is_causal and q.shape[-2] == k.shape[-2]  # the causal mask of self-attention
             return blocked_inference(q, k, v, b, n, mask, causal=causal), None
         # 1/√d folded into b: t(x/√d) with b equals t(x) with b/√d, which saves a [B, H, T, S] pass
+        if self.param != "raw" and ssa_cpu.applies(q, k, v, mask, bias):  # CPU training: the C loops
+            return ssa_cpu.SSAFusedAttention.apply(q, k, v, b, self.n.view(-1, 1, 1), mask), None
         if self.param != "raw":  # b > 0: folded into q as well, z = (b·q)·kᵀ (SSAFoldedWeights)
             z = at_least_float32((q * b.to(q.dtype)) @ k.transpose(-2, -1))  # [B, H, T, S]
             if bias is not None:  # b·(x + √d·β) with x the raw q·k

@@ -10,6 +10,9 @@ compiled forward that trains eagerly when the compile fails.
 
         device     "cpu" or "cuda" (others: eager)
         scorer     ``Scorer.compile_gains`` (False where its eager path is one fused kernel, e.g. SDPA)
+        fused node on a CPU, not for SSA when its fused CPU node is built (ssa_repro/scorers/ssa_cpu.py:
+                   C loops compiled in under a second, trained eagerly at least as fast as the compiled
+                   model and from the first step); without it (no C compiler, a failed build) as below
         steps      train.steps >= AUTO_MIN_STEPS[device]
         width      on a CPU, model.n_embd <= AUTO_MAX_WIDTH_CPU
         compiler   a C/C++ compiler for inductor on PATH (c_compiler)
@@ -36,7 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ssa_repro.scorers import SCORERS
+from ssa_repro.scorers import SCORERS, ssa_cpu
 
 log = logging.getLogger("ssa_repro.train")
 
@@ -111,8 +114,11 @@ def _auto_refusal(device_type: str, scorer: str, steps: int, width: int) -> str 
     """Why auto does not compile this run, or None when it should."""
     if device_type not in AUTO_MIN_STEPS:
         return f"not measured on {device_type}"
-    if not SCORERS.get(scorer).compile_gains:
+    cls = SCORERS.get(scorer)
+    if not cls.compile_gains:
         return f"scorer {scorer}'s eager path is fused already: a compile would not pay"
+    if device_type == "cpu" and getattr(cls, "fused_cpu_node", False) and ssa_cpu.library() is not None:
+        return f"scorer {scorer} trains through its fused CPU node, as fast as compiled and without the wait"
     if steps < AUTO_MIN_STEPS[device_type]:
         return f"train.steps={steps} < {AUTO_MIN_STEPS[device_type]}: the compile would not pay back"
     if device_type == "cpu" and width > AUTO_MAX_WIDTH_CPU:
