@@ -36,68 +36,16 @@ every variant alike; medians are reported.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
 import time
 
-SIZES = {
-    "small": dict(name="gpt2", n_layer=4, n_head=4, n_embd=64, max_positions=512, mlp_ratio=4),
-    "paper": dict(name="gpt2", n_layer=12, n_head=8, n_embd=256, max_positions=512, mlp_ratio=4),
-    # GPT-2 small's backbone (experiment=paper_lm's 12 heads of 64) on the ICL task: its attention at T = 1,024
-    "gpt2s": dict(name="gpt2", n_layer=12, n_head=12, n_embd=768, max_positions=1024, mlp_ratio=4),
-}
+from ssa_repro.cli import arguments
+from ssa_repro.cli.arguments import BENCH_SIZES as SIZES
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", nargs="+", default=["small", "paper"], choices=sorted(SIZES))
-    p.add_argument("--scorers", nargs="+", default=["softmax", "ssa"])
-    p.add_argument(
-        "--reps", type=int, default=None, help="timed steps per variant (default: 30 small, 6 paper)"
-    )
-    p.add_argument(
-        "--pos", nargs="+", default=[], help="also time ours with these model.pos (alibi, rope, t5, ...)"
-    )
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--n-points", type=int, default=41)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast (what train.precision=bf16 does)")
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="also time torch.compile'd variants of ours (on CUDA also mode=reduce-overhead: CUDA graphs)",
-    )
-    p.add_argument(
-        "--bf16-rows", action="store_true", help="also time bf16-autocast variants of ours, beside fp32"
-    )
-    p.add_argument("--no-hf", action="store_true", help="skip the HF GPT2Model reference")
-    p.add_argument("--no-eval", action="store_true", help="skip the evaluation throughput")
-    p.add_argument("--eval-only", action="store_true", help="only the evaluation throughput (a quick run)")
-    p.add_argument(
-        "--eval-prompts", type=int, default=256, help="prompts per grid length in the evaluation rows"
-    )
-    p.add_argument(
-        "--eval-paths",
-        nargs="+",
-        default=["plain", "fused"],
-        choices=["plain", "fused", "node"],
-        help="inference paths in the evaluation rows (plain: each scorer's own attend; fused: "
-        "FlexAttention; node: plain, with SSA through its training node instead of its CPU blocks)",
-    )
-    p.add_argument(
-        "--kernel", action="store_true", help="only the SSA attention paths vs softmax at T = 82, 256, 1024"
-    )
-    p.add_argument("--no-flex", action="store_true", help="without the FlexAttention rows on CUDA")
-    p.add_argument(
-        "--torch-node",
-        action="store_true",
-        help="also time SSA through its torch node (ours-torchnode: ssa_cpu.FUSED off), beside the fused CPU node",
-    )
-    p.add_argument(
-        "--lengths", nargs="+", type=int, default=None, help="--kernel: the lengths T (default 82 256 1024)"
-    )
-    return p
+def parser():
+    return arguments.bench(__doc__)
 
 
 if __name__ == "__main__":

@@ -353,3 +353,63 @@ def hydra_help(primary: str, conf_dir: str | Path = CONF) -> str:
 def asks_help(argv: list[str]) -> bool:
     """Whether a Hydra app's command line asks for its help (``--help``/``-h``)."""
     return any(a in HELP_FLAGS for a in argv)
+
+
+BENCH_SIZES = {  # scripts/bench.py --sizes
+    "small": dict(name="gpt2", n_layer=4, n_head=4, n_embd=64, max_positions=512, mlp_ratio=4),
+    "paper": dict(name="gpt2", n_layer=12, n_head=8, n_embd=256, max_positions=512, mlp_ratio=4),
+    # GPT-2 small's backbone (experiment=paper_lm's 12 heads of 64) on the ICL task: its attention at T = 1,024
+    "gpt2s": dict(name="gpt2", n_layer=12, n_head=12, n_embd=768, max_positions=1024, mlp_ratio=4),
+}
+
+
+def bench(description: str) -> argparse.ArgumentParser:
+    """scripts/bench.py's arguments (answered before torch loads); ``description``: the script's docstring."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", nargs="+", default=["small", "paper"], choices=sorted(BENCH_SIZES))
+    p.add_argument("--scorers", nargs="+", default=["softmax", "ssa"])
+    p.add_argument(
+        "--reps", type=int, default=None, help="timed steps per variant (default: 30 small, 6 paper)"
+    )
+    p.add_argument(
+        "--pos", nargs="+", default=[], help="also time ours with these model.pos (alibi, rope, t5, ...)"
+    )
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--n-points", type=int, default=41)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (what train.precision=bf16 does)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time torch.compile'd variants of ours (on CUDA also mode=reduce-overhead: CUDA graphs)",
+    )
+    p.add_argument(
+        "--bf16-rows", action="store_true", help="also time bf16-autocast variants of ours, beside fp32"
+    )
+    p.add_argument("--no-hf", action="store_true", help="skip the HF GPT2Model reference")
+    p.add_argument("--no-eval", action="store_true", help="skip the evaluation throughput")
+    p.add_argument("--eval-only", action="store_true", help="only the evaluation throughput (a quick run)")
+    p.add_argument(
+        "--eval-prompts", type=int, default=256, help="prompts per grid length in the evaluation rows"
+    )
+    p.add_argument(
+        "--eval-paths",
+        nargs="+",
+        default=["plain", "fused"],
+        choices=["plain", "fused", "node"],
+        help="inference paths in the evaluation rows (plain: each scorer's own attend; fused: "
+        "FlexAttention; node: plain, with SSA through its training node instead of its CPU blocks)",
+    )
+    p.add_argument(
+        "--kernel", action="store_true", help="only the SSA attention paths vs softmax at T = 82, 256, 1024"
+    )
+    p.add_argument("--no-flex", action="store_true", help="without the FlexAttention rows on CUDA")
+    p.add_argument(
+        "--torch-node",
+        action="store_true",
+        help="also time SSA through its torch node (ours-torchnode: ssa_cpu.FUSED off), beside the fused CPU node",
+    )
+    p.add_argument(
+        "--lengths", nargs="+", type=int, default=None, help="--kernel: the lengths T (default 82 256 1024)"
+    )
+    return p
