@@ -67,13 +67,13 @@ CPU_BLOCK = 64
 # but it costs two compiles per process (2-10 s), more than it saves on the short evaluation a training
 # run ends with; an empty tuple sends softmax through FlexAttention too.
 PLAIN_FIRST = ("softmax", "gated")
-# On the CPU the compiled kernel is not used under ``auto``: with torch 2.13 on an AVX2 AMD EPYC
-# (2026-11-25) it returned wrong rows — differences up to 2.7 and NaN against SDPA for some batch sizes
-# and lengths that are not a multiple of the block (e.g. T = 40 with blocks of 64 or 128), with static
-# and dynamic shapes alike, and not the same cases from run to run (reproduced in a review on
-# 2026-11-27: 24 of 1,280 elements wrong, up to 0.67; to look on a machine, compare a model's outputs under
-# inference_path("fused") and inference_path("plain")). Evaluations on CPU therefore take the plain path;
-# ``inference_path("fused")`` still forces the kernel (benchmarks, tests), and CUDA keeps it.
+# On the CPU the compiled kernel is not used under ``auto``: with torch 2.13 on an AVX2 AMD EPYC it returned
+# wrong rows (differences up to 2.7 and NaN against SDPA) for some batch sizes and lengths that are not a
+# multiple of the block (e.g. T = 40 with blocks of 64 or 128), static and dynamic shapes alike, and not the
+# same cases from run to run (the observations, dated: docs/performance_log.md; to look on a machine,
+# compare a model's outputs under inference_path("fused") and inference_path("plain")). Evaluations on CPU
+# therefore take the plain path; ``inference_path("fused")`` still forces the kernel (benchmarks, tests),
+# and CUDA keeps it.
 CPU_UNTRUSTED = True
 
 # Graph budget for the inference compile: dynamo's default limit (8 graphs per function) is shared by

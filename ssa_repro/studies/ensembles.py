@@ -42,7 +42,7 @@ def train_ensembles(name: str, root: Path, todo: list[Job], n_jobs: int = 1) -> 
     share = ensemble.MEMORY_SHARE / side
     # A group's seeds stay in one ensemble (split only by memory): every ensemble runs all the steps, so
     # the wall time is steps / an ensemble's steps per second, which more processes on one GPU lower.
-    # Measured on an H200 at 4L/64 (docs/results/gpu_check_2026-11-28_third.md): one ensemble of 30 seeds
+    # Measured on an H200 at 4L/64 (docs/results/, the third GPU check): one ensemble of 30 seeds
     # ran at 20-22 steps/s (its whole call), 16 side by side of 2-4 seeds at 16.4 each.
     chunks = []
     for members in stack:
