@@ -284,3 +284,22 @@ def evaluated_keys(setup: Mapping | None) -> Callable[[str, str], list[str]]:
         return chosen(evals, registered(task), group)
 
     return which
+
+
+def gather(
+    root: Path, figdir: Path, setup: Mapping | None, prior: Path | None, per_seed, export, read_back
+) -> tuple[dict[str, Path], dict]:
+    """Every report kind's ``write`` up to its render: the run folders' per-seed parts (``per_seed(index)``,
+    {} without an index) joined with ``prior``'s (:func:`with_prior`, read by ``read_back``), exported as
+    CSVs into ``figdir`` (``export(parts, figdir)``), and the inputs record (what ran, what is missing,
+    continued from ``prior``'s) saved beside them. Returns (the CSVs' paths, the inputs record)."""
+    figdir.mkdir(parents=True, exist_ok=True)
+    index = read_index(root)
+    parts, prior_inputs = with_prior(per_seed(index) if index is not None else {}, prior, read=read_back)
+    paths = export(parts, figdir)
+    evaluated = evaluated_keys(setup)
+    missing = missing_jobs(trained_index(index, parts, evaluated), setup, evaluated)
+    inputs = run_inputs(root, index, missing, paths)
+    if prior_inputs is not None:
+        inputs = continued_inputs(prior_inputs, inputs, prior, root)
+    return paths, save_inputs(figdir, inputs)

@@ -49,13 +49,7 @@ from ssa_repro.reports.early_tables import (
     table3,
 )
 from ssa_repro.reports.inputs import (
-    continued_inputs,
     evaluated_keys,
-    read_index,
-    run_inputs,
-    save_inputs,
-    trained_index,
-    with_prior,
 )
 from ssa_repro.reports.kinds.registry import REPORTS, ReportKind
 from ssa_repro.reports.markdown import claims_markdown, figure_lines, finish, provenance_lines, section
@@ -343,19 +337,7 @@ def write(
     folders' (a study continued in a later session: ``reports/inputs.py``'s ``with_prior``, as the ICL
     report's). Missing data are reported, not raised."""
     root, out_dir = Path(root), Path(out_dir)
-    figdir = out_dir / name
-    figdir.mkdir(parents=True, exist_ok=True)
-    index = read_index(root)
-    parts, prior_inputs = with_prior(per_seed(index) if index is not None else {}, prior, read=read_back)
-    paths = export(parts, figdir)
-    evaluated = evaluated_keys(setup)
-    missing = (
-        study_inputs.missing_jobs(trained_index(index, parts, evaluated), setup, evaluated) if setup else []
-    )
-    inputs = run_inputs(root, index, missing, paths)
-    if prior_inputs is not None:
-        inputs = continued_inputs(prior_inputs, inputs, prior, root)
-    inputs = save_inputs(figdir, inputs)
+    paths, inputs = study_inputs.gather(root, out_dir / name, setup, prior, per_seed, export, read_back)
     return render(paths, inputs, out_dir, name, command, setup)
 
 

@@ -61,6 +61,7 @@ from ssa_repro.reports.inputs import (  # noqa: F401 (the study command and the 
     continued_inputs,
     evaluated_keys,
     from_csv,
+    gather,
     job_keys,
     load_inputs,
     missing_jobs,
@@ -187,18 +188,9 @@ def write(
     name what is missing. Missing data (no index yet, groups or evaluations not stored) are reported, not
     raised."""
     root, out_dir = Path(root), Path(out_dir)
-    figdir = out_dir / name
-    figdir.mkdir(parents=True, exist_ok=True)
-    index = read_index(root)
-    parts = icl_cells.per_seed(index) if index is not None else {}
-    parts, prior_inputs = with_prior(parts, prior)
-    paths = paired.export(parts, figdir)
-    evaluated = evaluated_keys(setup)
-    missing = missing_jobs(trained_index(index, parts, evaluated), setup, evaluated)
-    inputs = run_inputs(root, index, missing, paths)
-    if prior_inputs is not None:
-        inputs = continued_inputs(prior_inputs, inputs, prior, root)
-    inputs = save_inputs(figdir, inputs)
+    paths, inputs = gather(
+        root, out_dir / name, setup, prior, icl_cells.per_seed, paired.export, paired.read_back
+    )
     return render(paths, inputs, out_dir, name, command, setup)
 
 
