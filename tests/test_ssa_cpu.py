@@ -118,28 +118,90 @@ def test_float64_bias_and_raw_keep_the_torch_node(monkeypatch):
     scorer(param="raw", b_init=0.8).attend(q, q, q, None)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_the_same_numbers_run_to_run(threads):
-    """Rows are split into fixed chunks whose sums for b and n are added in order: two calls give the
-    same bits (CPU resume stays bit-exact), with one thread or several."""
+def _step_bits(threads: int, mask) -> list[torch.Tensor]:
+    """The output and the gradients of q, k, v, b and n of one call with ``threads`` torch threads."""
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         g = torch.Generator().manual_seed(2)
         q, k, v = (torch.randn(8, 4, 30, 16, generator=g) for _ in range(3))
-        out = []
-        for _ in range(2):
-            b, n = (
-                torch.full((4, 1, 1), 0.3, requires_grad=True),
-                torch.full((4, 1, 1), 1.5, requires_grad=True),
-            )
-            ins = [x.clone().requires_grad_() for x in (q, k, v)]
-            y = ssa_cpu.SSAFusedAttention.apply(*ins, b, n, torch.ones(30, 30, dtype=torch.bool).tril())
-            y.sum().backward()
-            out.append([y, b.grad, n.grad] + [x.grad for x in ins])
-        assert all(torch.equal(a, c) for a, c in zip(*out))
+        b, n = (torch.full((4, 1, 1), x, requires_grad=True) for x in (0.3, 1.5))
+        ins = [x.clone().requires_grad_() for x in (q, k, v)]
+        y = ssa_cpu.SSAFusedAttention.apply(*ins, b, n, mask)
+        y.sum().backward()
+        return [y, b.grad, n.grad] + [x.grad for x in ins]
     finally:
         torch.set_num_threads(old)
+
+
+CAUSAL = torch.ones(30, 30, dtype=torch.bool).tril()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_same_numbers_run_to_run(threads):
+    """The sums for b and n are kept per query and added in query order: two calls give the same bits
+    (CPU resume stays bit-exact), with one thread or several."""
+    first, again = _step_bits(threads, CAUSAL), _step_bits(threads, CAUSAL)
+    assert all(torch.equal(a, c) for a, c in zip(first, again))
+
+
+def test_the_sums_for_b_and_n_do_not_depend_on_the_thread_count():
+    """b's and n's gradients (sums over every score of a head) come out the same bits on one thread and
+    on two: the C loops' sums are per query, added in query order after the threads join."""
+    one, two = _step_bits(1, CAUSAL), _step_bits(2, CAUSAL)
+    assert torch.equal(one[1], two[1]) and torch.equal(one[2], two[2])
+    for a, c in zip(one, two):  # the rest to rounding (bmm's blocking may differ with the threads)
+        torch.testing.assert_close(a, c, rtol=1e-6, atol=1e-6)
+
+
+def test_irregular_masks_and_a_query_that_sees_no_key(monkeypatch):
+    """A mask that is no suffix of queries (key 2: queries 0, 3 and 4), a key seen by no query (4) and a
+    query that sees no key (1): the queries that see keys match the torch node, outputs and gradients;
+    query 1 gets equal weights on every key (masked_softmax's convention, as the torch node's forward)
+    and passes no gradient to q, k, b or n (its weights do not depend on them; the torch node's n-gradient
+    there is meaningless: t + LOWEST times g_t)."""
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    mask[1] = False
+    mask[4, 4] = False
+    mask[0, 2], mask[2, 2] = True, False
+    s = scorer()
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 4, 5, 8, generator=g) for _ in range(3))
+    seen = torch.ones(5, 1).index_fill_(0, torch.tensor([1]), 0.0)  # loss weight per query
+
+    def run(fused: bool, weight):
+        monkeypatch.setattr(ssa_cpu, "FUSED", fused)
+        s.zero_grad()
+        ins = [x.clone().requires_grad_() for x in (q, k, v)]
+        y, _ = s.attend(*ins, mask)
+        (y.square() * weight).sum().backward()
+        return [y.detach()] + [x.grad for x in ins] + [p.grad.clone() for p in s.parameters()]
+
+    for a, r in zip(run(True, seen), run(False, seen)):
+        torch.testing.assert_close(a, r, rtol=2e-5, atol=2e-6)
+    y, gq, gk, gv, *gp = run(True, 1.0 - seen)  # the loss on query 1 only
+    torch.testing.assert_close(y[:, :, 1], v.mean(2))
+    assert all(bool((x == 0).all()) for x in (gq, gk, *gp)) and bool(gv.abs().sum() > 0)
+
+
+def test_a_compiler_without_openmp_builds_the_one_thread_loops(monkeypatch, tmp_path):
+    """Where -fopenmp fails (a compiler without OpenMP: here a wrapper refusing it), the loops build
+    without it and give the OpenMP build's numbers on one thread (the same C, no threads)."""
+    cc = ssa_cpu.c_compiler()
+    wrapper = tmp_path / "cc"
+    wrapper.write_text(
+        f'#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && {{ echo "no openmp" >&2; exit 1; }}; done\n'
+        f'exec {cc} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    expected = _step_bits(1, CAUSAL)
+    monkeypatch.setattr(ssa_cpu, "_state", {})
+    monkeypatch.setenv("CC", str(wrapper))
+    monkeypatch.setenv("SSA_REPRO_CACHE", str(tmp_path / "cache"))
+    assert ssa_cpu.library() is not None
+    assert len(list((tmp_path / "cache").glob("*.so"))) == 1
+    for a, c in zip(expected, _step_bits(2, CAUSAL)):
+        torch.testing.assert_close(a, c, rtol=1e-6, atol=1e-6)
 
 
 def test_no_compiler_falls_back_to_the_torch_node_saying_why(monkeypatch, caplog):
@@ -200,8 +262,8 @@ def test_torch_node_reference_agrees_with_formula():
     torch.testing.assert_close(w @ v, formula(q, k, v, b, n, mask))
 
 
-def _two_thread_step(_=None):
-    torch.set_num_threads(2)
+def _one_thread_step(_=None):
+    torch.set_num_threads(1)
     q = torch.randn(8, 4, 20, 16, requires_grad=True)
     y = ssa_cpu.SSAFusedAttention.apply(q, q, q, torch.full((4, 1, 1), 0.3), torch.full((4, 1, 1), 1.5), None)
     y.sum().backward()
@@ -209,20 +271,17 @@ def _two_thread_step(_=None):
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork on this platform")
-def test_a_forked_child_gets_its_own_thread_pool():
-    """The batch chunks' pool is per process: a child forked after the parent used it (DataLoader
-    workers, multiprocessing) runs the node instead of waiting on its parent's threads."""
+def test_a_forked_child_on_one_thread_runs_the_node():
+    """After the parent ran the node on two OpenMP threads, a child forked from it (a DataLoader worker,
+    multiprocessing) runs the node on one thread, as torch's own OpenMP ops need there, instead of
+    waiting on its parent's threads."""
     import multiprocessing
 
-    old = torch.get_num_threads()
-    try:
-        assert _two_thread_step()
-        child = multiprocessing.get_context("fork").Process(target=_two_thread_step)
-        child.start()
-        child.join(timeout=120)
-        alive = child.is_alive()
-        if alive:
-            child.kill()
-        assert not alive and child.exitcode == 0
-    finally:
-        torch.set_num_threads(old)
+    _step_bits(2, CAUSAL)  # the parent's OpenMP team is up
+    child = multiprocessing.get_context("fork").Process(target=_one_thread_step)
+    child.start()
+    child.join(timeout=120)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive and child.exitcode == 0

@@ -4,27 +4,37 @@ For q, k, v [B, H, T|S, D] float32, per head b > 0 (1/√D folded in) and n, and
 
     y = softmax_j( t(z) ) @ v,    t(z) = n·sgn(z)·log1p(b|z|)   (masked keys: the lowest float32)
 
-Forward: z by one bmm, then one C loop per row (t, its max, the exponentials, the normalisation: the row
-stays in L1), then y = w @ v; it keeps z and w. Backward, with g_w = g_y @ vᵀ, one C loop per row:
+Forward: zᵀ = k @ qᵀ by one bmm (the logits kept transposed, [B·H, S, T]), one C loop over it (t, each
+query's max, the exponentials, the normalisation), then y = w @ v with wᵀ read transposed; it keeps z
+and w. Backward, with g_wᵀ = v @ g_yᵀ, one C loop:
 
     g_t = w ⊙ (g_w − ⟨g_w, w⟩)                    (softmax's backward)
     r   = g_t·n / (1 + b|z|)
-    g_z = r·b,    ∂L/∂b_h = Σ r·z,    ∂L/∂n_h = Σ g_t·sgn(z)·log1p(b|z|)   (sums over the head's rows)
+    g_z = r·b,    ∂L/∂b_h = Σ r·z,    ∂L/∂n_h = Σ g_t·sgn(z)·log1p(b|z|)   (sums over the head's scores)
 
-then g_q = g_z @ k, g_k = g_zᵀ @ q, g_v = wᵀ @ g_y. Against :class:`~ssa_repro.scorers.ssa.SSAFoldedWeights`
-(the torch node, b folded into q) this drops about a dozen passes over [B, H, T, S] (each op of the
-torch node reads and writes the whole tensor), the b·q product and its backward, and the copies bmm
-makes of strided operands (here q, k, v are made contiguous once, as [B·H, T, D]).
+then g_q = g_z @ k, g_k = g_zᵀ @ q, g_v = wᵀ @ g_y (bmm with transposed operands, no copies). Against
+:class:`~ssa_repro.scorers.ssa.SSAFoldedWeights` (the torch node, b folded into q) this drops about a
+dozen passes over [B, H, T, S], the b·q product and its backward, and the copies bmm makes of strided
+operands (q, k, v are made contiguous once, as [B·H, T, D]). Why transposed: a query's keys are a
+short row (20-80 at the default sizes), and per-row loops paid their start and horizontal reductions
+more than their arithmetic; down a key's column of queries every pass is vertical, with the per-query
+max, sum and dot in arrays (the forward loop 2x faster, the backward 1.3x). Scores a causal mask hides
+are not computed (weight 0, gradient 0).
 
 The loops are C (``SOURCE``), compiled at first use with the C compiler on PATH (``CC``, else cc, gcc,
-clang; ``-O3 -march=native``, well under a second) into a cache directory and loaded with ctypes, which
-releases the GIL: with torch's N > 1 threads the rows are split into N fixed chunks run on N threads,
-each with its own sums for b and n, added in chunk order (the same numbers run to run, so CPU resume
-stays bit-exact). exp and log are written out (Cephes' single-precision polynomials, about 1 ulp;
-``log1p`` by Goldberg's correction log(u)·a/(u − 1) of u = 1 + a), so the numbers do not depend on the C
-library. No compiler, a failed build, or ``FUSED = False``: :func:`library` returns None (one warning)
-and SSA trains through the torch node, with the same numbers to float32 rounding
-(tests/test_ssa_cpu.py checks both against the float64 formula).
+clang; ``-O3 -march=native -fopenmp``, under a second) into a cache directory and loaded with ctypes
+(which releases the GIL). Their (batch, head) blocks are split among torch.get_num_threads() OpenMP
+threads; the library links libgomp.so.1, which the process already holds from torch's CPU wheels, so
+the loops run on torch's own thread team, not on a second pool whose threads would contend with torch's
+spinning workers on every core (the pool of Python threads this replaced: 1.30× softmax's step on two
+threads). Like torch's own OpenMP ops, a child forked after the parent used the team must run on one
+thread (as DataLoader's workers do). A compiler without OpenMP builds the loops without it (one
+thread). The sums for b and n are kept per query and added in query order: the same numbers for any
+number of threads, so CPU resume stays bit-exact. exp and log are written out (Cephes' single-precision
+polynomials, about 1 ulp; ``log1p`` by Goldberg's correction log(u)·a/(u − 1) of u = 1 + a), so the
+numbers do not depend on the C library. No compiler, a failed build, or ``FUSED = False``:
+:func:`library` returns None (one warning) and SSA trains through the torch node, with the same numbers
+to float32 rounding (tests/test_ssa_cpu.py checks both against the float64 formula).
 """
 
 from __future__ import annotations
@@ -38,7 +48,6 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -46,12 +55,10 @@ log = logging.getLogger(__name__)
 
 # False: SSA trains through the torch node (scripts/bench.py --torch-node compares them)
 FUSED = True
-# False: with N > 1 threads, one chunk in the calling thread (the bmm's on torch's N intra-op threads, the
-# C loops on one), for comparing against the pooled batch chunks (docs/performance_log.md)
-CHUNK_THREADS = True
 
 SOURCE = r"""
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 
@@ -110,71 +117,165 @@ static inline float log1p_nonnegative(float a) {
     return d == 0.0f ? a : l * (a / d);
 }
 
-/* Rows [r0, r1) of z [R, S] (row r: query r % T of head (r / T) % H) -> w: softmax of
-   t = n_h sgn(z) log1p(b_h |z|), LOWEST where mask[r % T, j] == 0 (mask [T, S] or NULL). */
-void ssa_forward(const float *z, float *w, const float *b, const float *n, const uint8_t *mask,
-                 int64_t r0, int64_t r1, int64_t T, int64_t H, int64_t S) {
-    for (int64_t r = r0; r < r1; r++) {
-        const float *zr = z + r * S;
-        float *wr = w + r * S;
-        const int64_t h = (r / T) % H;
-        const float bh = b[h], nh = n[h];
-#pragma omp simd
-        for (int64_t j = 0; j < S; j++) wr[j] = nh * copysignf(log1p_nonnegative(bh * fabsf(zr[j])), zr[j]);
-        float mx = LOWEST;
+/* The logits are kept transposed, zᵀ [B·H, S, T] (key j's logits against every query i, contiguous over
+   i), so every pass runs down a key's column of queries with per-query running values (max, sum, dot) in
+   arrays: vertical vector operations, no per-row horizontal reduction or short-row loop start, which
+   with 20-80 keys a row cost more than the arithmetic (measured: half the forward's time).
+
+   Key j is seen by the queries [begin[j], T) (mask [T, S], 1 = visible; NULL: all): the queries before
+   are not computed (weight 0; under the causal mask half the scores). dense[j] = 1 when every query
+   from begin[j] on sees key j; otherwise the transposed mask maskT [S, T] is tested there. */
+typedef struct { int64_t *begin; uint8_t *dense, *maskT; } keys_seen;
+
+static keys_seen keys_seen_by(const uint8_t *mask, int64_t T, int64_t S) {
+    keys_seen k = {malloc(S * sizeof(int64_t)), malloc(S), mask ? malloc(S * T) : NULL};
+    for (int64_t j = 0; j < S; j++) {
+        int64_t begin = 0;
+        uint8_t all = 1;
         if (mask) {
-            const uint8_t *mr = mask + (r % T) * S;
-#pragma omp simd reduction(max:mx)
-            for (int64_t j = 0; j < S; j++) {
-                float t = mr[j] ? wr[j] : LOWEST;
-                wr[j] = t;
-                mx = t > mx ? t : mx;
-            }
-        } else {
-#pragma omp simd reduction(max:mx)
-            for (int64_t j = 0; j < S; j++) mx = wr[j] > mx ? wr[j] : mx;
+            for (int64_t i = 0; i < T; i++) k.maskT[j * T + i] = mask[i * S + j] != 0;
+            while (begin < T && !k.maskT[j * T + begin]) begin++;
+            for (int64_t i = begin; i < T; i++) all &= k.maskT[j * T + i];
         }
-#pragma omp simd
-        for (int64_t j = 0; j < S; j++) wr[j] = exp_nonpositive(wr[j] - mx);
-        float sum = 0.0f;
-#pragma omp simd reduction(+:sum)
-        for (int64_t j = 0; j < S; j++) sum += wr[j];
-        const float inv = 1.0f / sum;
-#pragma omp simd
-        for (int64_t j = 0; j < S; j++) wr[j] *= inv;
+        k.begin[j] = begin;
+        k.dense[j] = all;
     }
+    return k;
 }
 
-/* Rows [r0, r1): g (g_w in) <- g_z = b r, r = g_t n / (1 + b|z|), g_t = w (g_w - <g_w, w>);
-   gb[h] += sum r z, gn[h] += sum g_t sgn(z) log1p(b|z|) (double, over the chunk's rows). */
-void ssa_backward(float *g, const float *w, const float *z, const float *b, const float *n,
-                  double *gb, double *gn, int64_t r0, int64_t r1, int64_t T, int64_t H, int64_t S) {
-    for (int64_t r = r0; r < r1; r++) {
-        float *gr = g + r * S;
-        const float *wr = w + r * S;
-        const float *zr = z + r * S;
-        const int64_t h = (r / T) % H;
-        const float bh = b[h], nh = n[h];
-        float dot = 0.0f;
-#pragma omp simd reduction(+:dot)
-        for (int64_t j = 0; j < S; j++) dot += gr[j] * wr[j];
-        float acc_b = 0.0f, acc_n = 0.0f;
-#pragma omp simd reduction(+:acc_b, acc_n)
-        for (int64_t j = 0; j < S; j++) {
-            float gt = wr[j] * (gr[j] - dot);
-            float a = bh * fabsf(zr[j]);
-            float rr = gt * nh / (1.0f + a);
-            acc_n += gt * copysignf(log1p_nonnegative(a), zr[j]);
-            acc_b += rr * zr[j];
-            gr[j] = rr * bh;
+static void keys_seen_free(keys_seen k) {
+    free(k.begin);
+    free(k.dense);
+    free(k.maskT);
+}
+
+/* Blocks of zT [R / T, S, T] (block: a batch entry's head, (blk % H)) -> wT: the softmax over keys j of
+   t = n_h sgn(z) log1p(b_h |z|), LOWEST where mask[i, j] == 0, in three passes (t and each query's
+   max; the exponentials and each query's sum; the normalisation). A query that sees no key gets 1/S on
+   every key (masked_softmax's equal weights). The blocks are split among `threads` OpenMP threads:
+   torch's own pool (the process's libgomp), so no thread waits on another pool's spinning workers. */
+void ssa_forward(const float *z, float *w, const float *b, const float *n, const uint8_t *mask,
+                 int64_t R, int64_t T, int64_t H, int64_t S, int threads) {
+    const keys_seen k = keys_seen_by(mask, T, S);
+#pragma omp parallel num_threads(threads)
+    {
+        float *mx = malloc(2 * T * sizeof(float)), *sm = mx + T;  /* per query: running max, sum */
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < R / T; blk++) {
+            const float bh = b[blk % H], nh = n[blk % H];
+            const float *zb = z + blk * S * T;
+            float *wb = w + blk * S * T;
+            for (int64_t i = 0; i < T; i++) {
+                mx[i] = LOWEST;
+                sm[i] = 0.0f;
+            }
+            for (int64_t j = 0; j < S; j++) {
+                const float *zc = zb + j * T;
+                float *wc = wb + j * T;
+                const uint8_t *mc = k.dense[j] ? NULL : k.maskT + j * T;
+                if (!mc) {
+#pragma omp simd
+                    for (int64_t i = k.begin[j]; i < T; i++) {
+                        const float t = nh * copysignf(log1p_nonnegative(bh * fabsf(zc[i])), zc[i]);
+                        wc[i] = t;
+                        mx[i] = t > mx[i] ? t : mx[i];
+                    }
+                } else {
+#pragma omp simd
+                    for (int64_t i = k.begin[j]; i < T; i++) {
+                        float t = nh * copysignf(log1p_nonnegative(bh * fabsf(zc[i])), zc[i]);
+                        t = mc[i] ? t : LOWEST;
+                        wc[i] = t;
+                        mx[i] = t > mx[i] ? t : mx[i];
+                    }
+                }
+            }
+            for (int64_t j = 0; j < S; j++) {
+                float *wc = wb + j * T;
+#pragma omp simd
+                for (int64_t i = k.begin[j]; i < T; i++) {
+                    const float e = exp_nonpositive(wc[i] - mx[i]);
+                    wc[i] = e;
+                    sm[i] += e;
+                }
+            }
+            for (int64_t i = 0; i < T; i++) sm[i] = 1.0f / sm[i];
+            for (int64_t j = 0; j < S; j++) {
+                float *wc = wb + j * T;
+                memset(wc, 0, k.begin[j] * sizeof(float));
+#pragma omp simd
+                for (int64_t i = k.begin[j]; i < T; i++) wc[i] *= sm[i];
+            }
+            for (int64_t i = 0; i < T; i++)  /* a query that sees no key */
+                if (mx[i] == LOWEST)
+                    for (int64_t j = 0; j < S; j++) wb[j * T + i] = 1.0f / (float)S;
         }
-        gb[h] += acc_b;
-        gn[h] += acc_n;
+        free(mx);
     }
+    keys_seen_free(k);
+}
+
+/* Blocks of gT [R / T, S, T] (g_wᵀ in) <- g_zᵀ: g_z = b r, r = g_t n / (1 + b|z|), g_t = w (g_w - <g_w, w>)
+   where key j is visible to query i, 0 elsewhere (t is the constant LOWEST there). Each query's sums
+   Σ r z and Σ g_t sgn(z) log1p(b|z|) (over keys in order) go to rb and rn [R]; then gb[h] and gn[h] add
+   them in query order (double): the same sums whatever the number of threads. */
+void ssa_backward(float *g, const float *w, const float *z, const float *b, const float *n,
+                  const uint8_t *mask, double *rb, double *rn, double *gb, double *gn, int64_t R, int64_t T,
+                  int64_t H, int64_t S, int threads) {
+    const keys_seen k = keys_seen_by(mask, T, S);
+#pragma omp parallel num_threads(threads)
+    {
+        float *dot = malloc(3 * T * sizeof(float)), *ab = dot + T, *an = dot + 2 * T;
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < R / T; blk++) {
+            const float bh = b[blk % H], nh = n[blk % H];
+            float *gbk = g + blk * S * T;
+            const float *wb = w + blk * S * T, *zb = z + blk * S * T;
+            for (int64_t i = 0; i < T; i++) dot[i] = ab[i] = an[i] = 0.0f;
+            for (int64_t j = 0; j < S; j++) {  /* <g_w, w> per query; w = 0 where masked */
+                const float *gc = gbk + j * T, *wc = wb + j * T;
+#pragma omp simd
+                for (int64_t i = k.begin[j]; i < T; i++) dot[i] += gc[i] * wc[i];
+            }
+            for (int64_t j = 0; j < S; j++) {
+                float *gc = gbk + j * T;
+                const float *wc = wb + j * T, *zc = zb + j * T;
+                const uint8_t *mc = k.dense[j] ? NULL : k.maskT + j * T;
+                memset(gc, 0, k.begin[j] * sizeof(float));
+                if (mc)  /* g_t = 0 where masked; then g_z, r and both sums are 0 there */
+                    for (int64_t i = k.begin[j]; i < T; i++) gc[i] = mc[i] ? gc[i] - dot[i] : 0.0f;
+                else
+#pragma omp simd
+                    for (int64_t i = k.begin[j]; i < T; i++) gc[i] -= dot[i];
+#pragma omp simd
+                for (int64_t i = k.begin[j]; i < T; i++) {
+                    const float gt = wc[i] * gc[i];
+                    const float a = bh * fabsf(zc[i]);
+                    const float rr = gt * nh / (1.0f + a);
+                    an[i] += gt * copysignf(log1p_nonnegative(a), zc[i]);
+                    ab[i] += rr * zc[i];
+                    gc[i] = rr * bh;
+                }
+            }
+            for (int64_t i = 0; i < T; i++) {
+                rb[blk * T + i] = ab[i];
+                rn[blk * T + i] = an[i];
+            }
+        }
+        free(dot);
+    }
+    for (int64_t blk = 0; blk < R / T; blk++)
+        for (int64_t i = 0; i < T; i++) {
+            gb[blk % H] += rb[blk * T + i];
+            gn[blk % H] += rn[blk * T + i];
+        }
+    keys_seen_free(k);
 }
 """
 
-FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared"]
+FLAGS = ["-O3", "-march=native", "-fPIC", "-shared"]
+# tried in turn: OpenMP threads (torch's team), else one thread with the loops still vectorised
+THREADING = (["-fopenmp"], ["-fopenmp-simd"], [])
 
 _lock = threading.Lock()
 _state: dict = {}  # "lib": the loaded library, or "error": why there is none (decided once per process)
@@ -202,7 +303,9 @@ def host_cpu() -> str:
     found = {platform.machine(), platform.processor()}
     try:
         with open("/proc/cpuinfo") as f:
-            found |= {ln.strip() for ln in f if ln.startswith(("model name", "flags", "Features", "CPU part"))}
+            found |= {
+                ln.strip() for ln in f if ln.startswith(("model name", "flags", "Features", "CPU part"))
+            }
     except OSError:
         pass
     return "\n".join(sorted(found))
@@ -212,24 +315,32 @@ def _build() -> ctypes.CDLL:
     cc = c_compiler()
     if cc is None:
         raise RuntimeError("no C compiler on PATH (CC, cc, gcc, clang)")
-    key = hashlib.sha256("\0".join([SOURCE, cc, *FLAGS, host_cpu()]).encode()).hexdigest()[:16]
-    path = os.path.join(cache_dir(), f"ssa_cpu_{key}.so")
-    if not os.path.exists(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as tmp:
-            src, out = os.path.join(tmp, "ssa_cpu.c"), os.path.join(tmp, "ssa_cpu.so")
-            with open(src, "w") as f:
-                f.write(SOURCE)
-            run = subprocess.run([cc, *FLAGS, "-o", out, src, "-lm"], capture_output=True, text=True)
-            if run.returncode != 0:
-                raise RuntimeError(f"{cc} failed: {(run.stderr.strip().splitlines() or [''])[0][:200]}")
-            os.replace(out, path)  # atomic: concurrent processes build the same file
-    lib = ctypes.CDLL(path)
-    p, i = ctypes.c_void_p, ctypes.c_int64
-    lib.ssa_forward.argtypes = [p, p, p, p, p, i, i, i, i, i]
-    lib.ssa_backward.argtypes = [p, p, p, p, p, p, p, i, i, i, i, i]
-    lib.ssa_forward.restype = lib.ssa_backward.restype = None
-    return lib
+    errors = []
+    for threading_flags in THREADING:
+        flags = [*FLAGS, *threading_flags]
+        key = hashlib.sha256("\0".join([SOURCE, cc, *flags, host_cpu()]).encode()).hexdigest()[:16]
+        path = os.path.join(cache_dir(), f"ssa_cpu_{key}.so")
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as tmp:
+                src, out = os.path.join(tmp, "ssa_cpu.c"), os.path.join(tmp, "ssa_cpu.so")
+                with open(src, "w") as f:
+                    f.write(SOURCE)
+                run = subprocess.run([cc, *flags, "-o", out, src, "-lm"], capture_output=True, text=True)
+                if run.returncode != 0:
+                    errors.append(
+                        f"{cc} {' '.join(threading_flags)} failed: "
+                        f"{(run.stderr.strip().splitlines() or [''])[0][:200]}"
+                    )
+                    continue
+                os.replace(out, path)  # atomic: concurrent processes build the same file
+        lib = ctypes.CDLL(path)
+        p, i, n = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+        lib.ssa_forward.argtypes = [p, p, p, p, p, i, i, i, i, n]
+        lib.ssa_backward.argtypes = [p, p, p, p, p, p, p, p, p, p, i, i, i, i, n]
+        lib.ssa_forward.restype = lib.ssa_backward.restype = None
+        return lib
+    raise RuntimeError("; ".join(errors))
 
 
 def library():
@@ -256,115 +367,59 @@ def applies(q, k, v, mask, bias) -> bool:
         return False
     if any(x.dtype != torch.float32 for x in (q, k, v)) or torch.is_autocast_enabled("cpu"):
         return False
-    if mask is not None and (mask.dim() != 2 or mask.shape != (q.shape[-2], k.shape[-2])):
+    if mask is not None and (mask.dtype != torch.bool or mask.shape != (q.shape[-2], k.shape[-2])):
         return False
     return library() is not None
-
-
-def _batch_chunks(bsz: int) -> list[tuple[int, int]]:
-    """Batch entries split into torch.get_num_threads() fixed chunks (fixed: the sums for b and n are
-    added in chunk order, so a run's numbers do not depend on which thread finished first)."""
-    parts = max(1, min(torch.get_num_threads(), bsz)) if CHUNK_THREADS else 1
-    step = -(-bsz // parts)
-    return [(i, min(bsz, i + step)) for i in range(0, bsz, step)]
-
-
-def _over_batch(fn, bsz: int) -> None:
-    """``fn(i, b0, b1)`` for the chunks [b0, b1) of the batch, each on a worker thread running one
-    intra-op thread: the whole attention of a chunk (copies, bmm, C loops) is one parallel region, not
-    one per operation (each of which waits for the slowest thread: slow whenever the machine is shared,
-    as ssa.blocked_inference measured). The workers are kept (one pool per thread count): a new thread
-    would pay BLAS's per-thread set-up at every call. One chunk: in this thread."""
-    chunks = _batch_chunks(bsz)
-    if len(chunks) == 1:
-        fn(0, *chunks[0])
-        return
-
-    def task(i, b0, b1):
-        with torch.no_grad():  # grad mode is per thread
-            fn(i, b0, b1)
-
-    for f in [_pool(len(chunks)).submit(task, i, *c) for i, c in enumerate(chunks)]:
-        f.result()  # re-raises a worker's error here
-
-
-_pools: dict = {}
-
-
-def _pool(workers: int) -> ThreadPoolExecutor:
-    """The pool of ``workers`` threads of this process (keyed by pid too: a forked child has none of its
-    parent's threads, and would wait forever on a pool it inherited)."""
-    key = os.getpid(), workers
-    with _lock:
-        if key not in _pools:
-            _pools[key] = ThreadPoolExecutor(
-                workers, thread_name_prefix="ssa-cpu", initializer=torch.set_num_threads, initargs=(1,)
-            )
-        return _pools[key]
 
 
 class SSAFusedAttention(torch.autograd.Function):
     """y = softmax_j(t(q·kᵀ)) @ v with t(z) = n·sgn(z)·log1p(b|z|) (see the module docstring): q, k, v
     [B, H, T|S, D] float32 (any strides), b and n [H|1, 1, 1] with b > 0 (1/√D folded into b), mask bool
-    [T, S] (True = visible) or None -> [B, H, T, D]. With torch's N > 1 threads the batch is split into N
-    chunks, each computed whole on one thread (:func:`_over_batch`)."""
+    [T, S] (True = visible) or None -> [B, H, T, D]."""
 
     @staticmethod
     def forward(ctx, q, k, v, b, n, mask):
         lib = library()
         bsz, h, t, d = q.shape
         s = k.shape[2]
-        qc, kc, vc = (torch.empty(bsz, h, x.shape[2], d, dtype=x.dtype) for x in (q, k, v))  # contiguous
-        z = torch.empty(bsz, h, t, s, dtype=q.dtype)  # raw logits q·kᵀ
-        w, y = torch.empty_like(z), torch.empty(bsz, h, t, d, dtype=q.dtype)
+        q3, k3, v3 = (x.reshape(bsz * h, x.shape[2], d).contiguous() for x in (q, k, v))  # [B·H, T|S, D]
+        z = torch.bmm(k3, q3.transpose(1, 2))  # [B·H, S, T]: the raw logits q·kᵀ, transposed
+        w = torch.empty_like(z)
         bh, nh = (x.detach().reshape(-1).expand(h).contiguous() for x in (b, n))  # [H] float32
-        m = None if mask is None else mask.to(torch.uint8).contiguous()  # [T, S]
-        args = (bh.data_ptr(), nh.data_ptr(), None if m is None else m.data_ptr())
-
-        def chunk(i, b0, b1):  # batch entries [b0, b1): rows [b0·H·T, b1·H·T) of z and w
-            qi, ki, vi = (
-                c[b0:b1].copy_(x[b0:b1]).view(-1, x.shape[2], d) for c, x in ((qc, q), (kc, k), (vc, v))
-            )
-            zi, wi = z[b0:b1].view(-1, t, s), w[b0:b1].view(-1, t, s)
-            torch.bmm(qi, ki.transpose(1, 2), out=zi)
-            lib.ssa_forward(z.data_ptr(), w.data_ptr(), *args, b0 * h * t, b1 * h * t, t, h, s)
-            torch.bmm(wi, vi, out=y[b0:b1].view(-1, t, d))
-
-        _over_batch(chunk, bsz)
-        ctx.save_for_backward(qc, kc, vc, z, w, bh, nh)
-        ctx.shapes = b.shape, n.shape
+        m = None if mask is None else mask.contiguous()  # [T, S] bool: one byte, 0 or 1
+        mp = None if m is None else m.data_ptr()
+        lib.ssa_forward(
+            z.data_ptr(), w.data_ptr(), bh.data_ptr(), nh.data_ptr(), mp,
+            bsz * h * t, t, h, s, torch.get_num_threads(),
+        )  # fmt: skip
+        y = torch.bmm(w.transpose(1, 2), v3).view(bsz, h, t, d)  # w [B·H, S, T] transposed too
+        ctx.save_for_backward(q3, k3, v3, z, w, bh, nh)
+        ctx.mask = m
+        ctx.shapes = b.shape, n.shape, (bsz, h)
         return y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, gy):
-        qc, kc, vc, z, w, bh, nh = ctx.saved_tensors
+        q3, k3, v3, z, w, bh, nh = ctx.saved_tensors
         lib = library()
-        bsz, h, t, s = w.shape
-        d = qc.shape[-1]
-        gw = torch.empty_like(w)  # g_w, then g_z in place
-        gq, gk, gv = torch.empty_like(qc), torch.empty_like(kc), torch.empty_like(vc)
-        gyc = torch.empty_like(gq)
-        chunks = _batch_chunks(bsz)
-        sums = torch.zeros(len(chunks), 2, h, dtype=torch.float64)  # per chunk: (Σ for b, Σ for n) per head
-
-        def chunk(i, b0, b1):
-            gyi = gyc[b0:b1].copy_(gy[b0:b1]).view(-1, t, d)
-            wi, gwi = w[b0:b1].view(-1, t, s), gw[b0:b1].view(-1, t, s)
-            vi, ki, qi = (x[b0:b1].view(-1, x.shape[2], d) for x in (vc, kc, qc))
-            torch.bmm(gyi, vi.transpose(1, 2), out=gwi)
-            torch.bmm(wi.transpose(1, 2), gyi, out=gv[b0:b1].view(-1, s, d))
-            p = sums[i].data_ptr()
-            lib.ssa_backward(
-                gw.data_ptr(), w.data_ptr(), z.data_ptr(), bh.data_ptr(), nh.data_ptr(), p, p + 8 * h,
-                b0 * h * t, b1 * h * t, t, h, s,
-            )  # fmt: skip
-            torch.bmm(gwi, ki, out=gq[b0:b1].view(-1, t, d))
-            torch.bmm(gwi.transpose(1, 2), qi, out=gk[b0:b1].view(-1, s, d))
-
-        _over_batch(chunk, bsz)
-        total = sums.sum(0).to(torch.float32)  # [2, H]: chunks added in order
-        b_shape, n_shape = ctx.shapes
+        b_shape, n_shape, (bsz, h) = ctx.shapes
+        rows, s, t = w.shape  # z, w: [B·H, S, T] (transposed)
+        d = q3.shape[-1]
+        gy3 = gy.reshape(rows, t, d).contiguous()
+        gw = torch.bmm(v3, gy3.transpose(1, 2))  # g_wᵀ [B·H, S, T], then g_zᵀ in place
+        gv = torch.bmm(w, gy3)
+        per_row = torch.empty(2, rows * t, dtype=torch.float64)  # each row's sums for b and n
+        sums = torch.zeros(2, h, dtype=torch.float64)  # per head, added in row order
+        lib.ssa_backward(
+            gw.data_ptr(), w.data_ptr(), z.data_ptr(), bh.data_ptr(), nh.data_ptr(),
+            None if ctx.mask is None else ctx.mask.data_ptr(), per_row[0].data_ptr(),
+            per_row[1].data_ptr(), sums[0].data_ptr(), sums[1].data_ptr(), rows * t, t, h, s,
+            torch.get_num_threads(),
+        )  # fmt: skip
+        gq = torch.bmm(gw.transpose(1, 2), k3).view(bsz, h, t, d)
+        gk = torch.bmm(gw, q3).view(bsz, h, s, d)
+        total = sums.to(torch.float32)
         gb = total[0].view(-1, 1, 1).sum_to_size(b_shape) if ctx.needs_input_grad[3] else None
         gn = total[1].view(-1, 1, 1).sum_to_size(n_shape) if ctx.needs_input_grad[4] else None
-        return gq, gk, gv, gb, gn, None
+        return gq, gk, gv.view(bsz, h, s, d), gb, gn, None
