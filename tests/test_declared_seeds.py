@@ -140,3 +140,28 @@ def test_an_endpoint_short_of_its_own_count_keeps_the_family_interim_and_is_name
     rows = endpoints.rows(d, "icl_cpu").set_index("endpoint")
     assert rows.loc["ssa_sigma", "test"] == "confirmatory (8–17)"
     assert rows.loc["ssa_main", "test"] == "confirmatory (8–15)"
+
+
+def test_each_test_names_the_seeds_it_paired(paths, tmp_path):
+    """The post-LN arm measured at seeds 8–11 only, the core arms at 8–15: an endpoint with a post-LN arm
+    names the 4 seeds its test paired (the report's test column and the published CSV's seeds), not the
+    8 confirmatory seeds present somewhere in the data (issue 59's report said "100–135" for 10 seeds)."""
+    import pandas as pd
+
+    frame = pd.read_csv(paths["grid"])
+    frame = frame[~((frame.arch == "postln") & (frame.seed >= 12))]
+    frame.to_csv(tmp_path / "per_seed_grid.csv", index=False)
+    setup = _matrix(list(range(10, 16)), CONFIRMATORY, CONFIRMATORY)
+    d = report.decide({"grid": tmp_path / "per_seed_grid.csv"}, setup)
+    got = d.primaries.set_index("endpoint")
+    short = [n for n in got.index if got.loc[n, "n_seeds"] == 4]
+    full = [n for n in got.index if got.loc[n, "n_seeds"] == 8]
+    assert short and full  # both kinds of endpoint are in icl_cpu's four
+    rows = endpoints.rows(d, "icl_cpu").set_index("endpoint")
+    assert all(rows.loc[n, "seeds"] == "8–11" for n in short)
+    assert all(rows.loc[n, "seeds"] == "8–15" for n in full)
+    table = primary_tables.results_table(
+        d.primaries, explored=d.explored, run=d.run, eps=d.eps, declared=d.declared
+    )
+    tests = " ".join(table.test)
+    assert "confirmatory: seeds 8–11 (n = 4)" in tests and "confirmatory: seeds 8–15 (n = 8)" in tests

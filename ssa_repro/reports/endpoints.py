@@ -66,7 +66,7 @@ def _seed_text(seeds) -> str:
 def rows(decided, study: str) -> pd.DataFrame:
     """The endpoints' deciding tests of one report's :class:`~ssa_repro.reports.decide.Decided`: each
     test named with the seeds declared for the endpoint (its cells' share of the confirmatory or
-    replication seeds, ``decided.declared``, ``rep.declared``) and the seeds of them in the data."""
+    replication seeds, ``decided.declared``, ``rep.declared``) and the seeds its contrast paired."""
     every = list(decided.eps)
     tests = []  # (name, seeds run, results, endpoints, {endpoint: declared seeds}, the test's seeds)
     if decided.confirmatory is None:
@@ -96,7 +96,8 @@ def rows(decided, study: str) -> pd.DataFrame:
                     "endpoint": name,
                     "text": e["text"],
                     "test": test,
-                    "seeds": _seed_text(run) if run is not None else "all",
+                    # the seeds the test paired (of those run, the ones with both arms measured)
+                    "seeds": _seed_text(primary.seed_ids(r) or run) if run is not None else "all",
                     "n_seeds": int(r["n_seeds"]),
                     **{c: r[c] for c in ("estimate", "low", "high", "scale", "margin", "p_holm", "family")},
                     "claimed_sign": int(r["claimed_sign"]),

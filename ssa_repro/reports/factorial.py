@@ -117,6 +117,7 @@ def table(
                         "margin": margin,
                         "scale": sc,
                         "per_seed": c.per_seed,
+                        "seed_ids": tuple(int(s) for s in w.index),  # the seeds paired
                         "claimed_sign": int(e["sign"]),
                         "means": means,
                         "family": "primary" if (name, cell, eff) in set(primary) else f"factorial {name}",

@@ -343,6 +343,7 @@ def decide(
                 "scale": r["scale"],
                 "margin": r["margin"],
                 "n_seeds": n,
+                "seed_ids": seed_ids(r),
                 "ties": int(np.sum(d == 0)),
                 "p_value": dec.p_value,
                 "test": dec.test,
@@ -361,6 +362,12 @@ def decide(
             }
         )
     return pd.DataFrame(rows)
+
+
+def seed_ids(r) -> tuple:
+    """The seeds a claims or designs row paired (``seed_ids``; () for a row without them)."""
+    ids = r.get("seed_ids") if hasattr(r, "get") else None
+    return tuple(int(s) for s in ids) if isinstance(ids, (tuple, list)) else ()
 
 
 def _find(e: Mapping, table: pd.DataFrame, designs: pd.DataFrame) -> tuple | None:
@@ -400,6 +407,7 @@ def all_seeds(
                 "text": e["text"],
                 **{c: r[c] for c in ("estimate", "low", "high", "scale", "margin", "p_value", "p_holm")},
                 "n_seeds": int(r["n_seeds"]),
+                "seed_ids": seed_ids(r),
                 "ties": int(np.sum(d == 0)),
                 "family": r["family"],
                 "family_k": int(r["family_k"]),

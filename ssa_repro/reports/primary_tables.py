@@ -20,6 +20,7 @@ from ssa_repro.reports.primary import (
     REPLICATION,
     Replication,
     planned,
+    seed_ids,
 )
 from ssa_repro.reports.tables import seed_ranges
 
@@ -220,7 +221,8 @@ def results_table(
         mine = []  # this endpoint's rows: its text on the first only
         if name in conf.index:
             r = conf.loc[name]
-            test = f"confirmatory: seeds {seed_ranges(_of(run, declared, name))} (n = {int(r['n_seeds'])})"
+            seeds = seed_ids(r) or _of(run, declared, name)  # the seeds the test paired
+            test = f"confirmatory: seeds {seed_ranges(seeds)} (n = {int(r['n_seeds'])})"
             mine.append({"test": test, **_result_row(r, k=k)})
         elif run:  # some confirmatory seeds run, none of them for this endpoint
             mine.append({"test": NO_CONFIRMATORY})
@@ -249,9 +251,8 @@ def _replication_row(name: str, rep: Replication, k: int) -> dict:
     if hit is None or not len(hit):
         return {"test": NO_REPLICATION if rep.family == REPLICATION else f"{rep.family}: {NO_REPLICATION}"}
     r = hit.iloc[0]
-    row = {
-        "test": f"{rep.family}: seeds {seed_ranges(_of(rep.run, rep.declared, name))} (n = {int(r['n_seeds'])})"
-    }
+    seeds = seed_ids(r) or _of(rep.run, rep.declared, name)  # the seeds the test paired
+    row = {"test": f"{rep.family}: seeds {seed_ranges(seeds)} (n = {int(r['n_seeds'])})"}
     row.update(_result_row(r, k=k))
     row[f"p_Holm (primary, k = {k})"] = f"{r['p_holm']:.2g} (family `{rep.family}`, k = {int(r['k'])})"
     return row

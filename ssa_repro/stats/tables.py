@@ -75,7 +75,7 @@ def contrast_table(
     ``base``, ``metric`` (when ``metric_col`` is a column), ``n_seeds``, ``estimate``, ``low``, ``high``,
     ``p_value`` (sign flip), ``p_holm`` (Holm within each ``family`` group, by default the whole table),
     ``verdict``, ``margin``, ``scale``, ``claimed_sign``, ``effect_size``, ``per_seed`` (the d_s, a tuple)
-    and ``dropped_seeds`` (seeds without both arms, or with a NaN; left out).
+    ``dropped_seeds`` (seeds without both arms, or with a NaN; left out) and ``seed_ids`` (the seeds paired).
 
     ``margin`` and ``scale``: a value, a mapping by metric, or None for :data:`MARGINS` /
     :data:`METRIC_SCALES` by the group's ``metric_col`` value. ``claimed_sign``: ±1, or the name of a
@@ -174,6 +174,7 @@ def contrast_table(
                     "effect_size": c.effect_size,
                     "per_seed": c.per_seed,
                     "dropped_seeds": tuple(s for s in seeds_all if s not in seeds_ok),
+                    "seed_ids": tuple(int(s) for s in seeds_ok),  # the seeds paired, d_s's order
                     "_contrast": c,
                 }
             )
