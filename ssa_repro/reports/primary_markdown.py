@@ -147,7 +147,8 @@ def confirmatory_findings(decided: Decided) -> list[str]:
         i += 1
         if name in conf.index:
             r = conf.loc[name]
-            line = f"{i}. Confirmatory (seeds {seed_ranges(decided.run)}): {_primary_line(r)}"
+            seeds = primary.seed_ids(r) or decided.run  # the seeds this endpoint's test paired
+            line = f"{i}. Confirmatory (seeds {seed_ranges(seeds)}): {_primary_line(r)}"
         else:
             line = f"{i}. **{e['text']}**: {primary.NO_CONFIRMATORY} (seeds {declared} declared)."
         for rep in decided.replications:
@@ -156,7 +157,8 @@ def confirmatory_findings(decided: Decided) -> list[str]:
             fam = f"family `{rep.family}`, " if several else ""
             again = rep.results.set_index("endpoint") if len(rep.results) else pd.DataFrame()
             if name in again.index:
-                line += f" Replication ({fam}seeds {seed_ranges(rep.run)}): {_primary_line(again.loc[name])}"
+                seeds = primary.seed_ids(again.loc[name]) or rep.run
+                line += f" Replication ({fam}seeds {seed_ranges(seeds)}): {_primary_line(again.loc[name])}"
             else:
                 line += (
                     f" Replication: {primary.NO_REPLICATION} ({fam}seeds {seed_ranges(rep.seeds)} declared)."
