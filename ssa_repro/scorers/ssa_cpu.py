@@ -22,14 +22,14 @@ max, sum and dot in arrays (the forward loop 2x faster, the backward 1.3x). Scor
 are not computed (weight 0, gradient 0).
 
 The loops are C (``SOURCE``), compiled at first use with the C compiler on PATH (``CC``, else cc, gcc,
-clang; ``-O3 -march=native -fopenmp -fno-trapping-math``, under a second) into a cache directory and loaded with ctypes
-(which releases the GIL). Their (batch, head) blocks are split among torch.get_num_threads() OpenMP
-threads; the library links libgomp.so.1, which the process already holds from torch's CPU wheels, so
-the loops run on torch's own thread team, not on a second pool whose threads would contend with torch's
-spinning workers on every core (the pool of Python threads this replaced: 1.30× softmax's step on two
-threads). Like torch's own OpenMP ops, a child forked after the parent used the team must run on one
-thread (as DataLoader's workers do). A compiler without OpenMP builds the loops without it (one
-thread). The sums for b and n are kept per query and added in query order: the same numbers for any
+clang; ``-O3 -march=native -fopenmp -fno-trapping-math``, under a second) into a cache directory and
+loaded with ctypes (which releases the GIL). Their (batch, head) blocks are split among
+torch.get_num_threads() OpenMP threads; the library links libgomp.so.1, which the process already holds
+from torch's CPU wheels, so the loops run on torch's own thread team, not on a second pool whose threads
+would contend with torch's spinning workers on every core (the pool of Python threads this replaced:
+1.35× softmax's step on two threads). Like torch's own OpenMP ops, a child forked after the parent used
+the team must run on one thread (as DataLoader's workers do). A compiler without OpenMP builds the loops
+without it (one thread). The sums for b and n are kept per query and added in query order: the same numbers for any
 number of threads, so CPU resume stays bit-exact. exp and log are written out (Cephes' single-precision
 polynomials, about 1 ulp; ``log1p`` by Goldberg's correction log(u)·a/(u − 1) of u = 1 + a), so the
 numbers do not depend on the C library. No compiler, a failed build, or ``FUSED = False``:
