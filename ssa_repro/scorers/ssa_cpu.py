@@ -29,12 +29,12 @@ from torch's CPU wheels, so the loops run on torch's own thread team, not on a s
 would contend with torch's spinning workers on every core (the pool of Python threads this replaced:
 1.35× softmax's step on two threads). Like torch's own OpenMP ops, a child forked after the parent used
 the team must run on one thread (as DataLoader's workers do). A compiler without OpenMP builds the loops
-without it (one thread). The sums for b and n are kept per query and added in query order: the same numbers for any
-number of threads, so CPU resume stays bit-exact. exp and log are written out (Cephes' single-precision
-polynomials, about 1 ulp; ``log1p`` by Goldberg's correction log(u)·a/(u − 1) of u = 1 + a), so the
-numbers do not depend on the C library. No compiler, a failed build, or ``FUSED = False``:
-:func:`library` returns None (one warning) and SSA trains through the torch node, with the same numbers
-to float32 rounding (tests/test_ssa_cpu.py checks both against the float64 formula).
+without it (one thread). The sums for b and n are kept per query and added in query order: the same
+numbers for any number of threads, so CPU resume stays bit-exact. exp and log are written out (Cephes'
+single-precision polynomials, about 1 ulp; ``log1p`` by Goldberg's correction log(u)·a/(u − 1) of
+u = 1 + a), so the numbers do not depend on the C library. No compiler, a failed build, or
+``FUSED = False``: :func:`library` returns None (one warning) and SSA trains through the torch node, with
+the same numbers to float32 rounding (tests/test_ssa_cpu.py checks both against the float64 formula).
 """
 
 from __future__ import annotations
